@@ -1,0 +1,75 @@
+"""The storage envelope of an event: what the event store reads and writes.
+
+Domain events (``om_core.domain.events``) are serialised into ``NewEvent`` before an append and come back
+as ``RecordedEvent``; the store never interprets ``data`` beyond the message projection.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+JSONDict = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    event_type: str
+    data: JSONDict
+    metadata: JSONDict = field(default_factory=dict)
+    event_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    schema_version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    global_position: int
+    stream_id: str
+    stream_version: int
+    event_id: uuid.UUID
+    event_type: str
+    schema_version: int
+    data: JSONDict
+    metadata: JSONDict
+    recorded_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRequest:
+    """A unit of model work written to the transactional outbox in the same transaction as its cause.
+
+    ``key`` is unique across the outbox: writing the same key twice is a no-op, which is what makes a
+    retried append or a duplicate policy decision harmless.
+    """
+
+    key: str
+    task_name: str
+    queue: str
+    payload: JSONDict
+
+
+@dataclass(frozen=True, slots=True)
+class StateSnapshot:
+    """The inline projection of a stream (the record state), written in the append transaction."""
+
+    state: JSONDict
+    tenant: str
+    thread_id: str | None
+    resource_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    stream_id: str
+    first_version: int
+    last_version: int
+    global_positions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessageRef:
+    message_id: str
+    content_hash: str
+    stream_version: int

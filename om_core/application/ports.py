@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from om_core.domain.envelope import (
     AppendResult,
@@ -54,6 +56,53 @@ class StoreUnavailableError(StoreError):
     """The database could not be reached; nothing was written."""
 
 
+class DuplicateMessageError(StoreError):
+    """Message ids already stored in the stream with the same content: the append was a repeat.
+
+    Raised by the store's backstop (the message table's key) when a caller appended without filtering
+    known ids through ``find_messages`` first; nothing was written. Re-read and drop the duplicates.
+    """
+
+    def __init__(self, stream_id: str, message_ids: Sequence[str]) -> None:
+        self.stream_id = stream_id
+        self.message_ids = list(message_ids)
+        super().__init__(f"message id(s) already stored in stream {stream_id!r}: {', '.join(self.message_ids)}")
+
+
+# --- store additions for paging, rebuilds and the outbox relay (added with the SQL store) ---------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A row of the message projection."""
+
+    stream_id: str
+    message_id: str
+    seq: int
+    stream_version: int
+    thread_id: str | None
+    resource_id: str | None
+    role: str
+    created_at: datetime
+    tokens: int
+    content_hash: str
+    message: JSONDict
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxTask:
+    """A task request as the outbox holds it until the relay has published it."""
+
+    id: int
+    key: str
+    stream_id: str
+    task_name: str
+    queue: str
+    payload: JSONDict
+    created_at: datetime
+    attempts: int
+
+
 class EventStore(abc.ABC):
     """An append-only store of event streams with compare-and-set appends and an inline projection."""
 
@@ -99,8 +148,51 @@ class EventStore(abc.ABC):
         """Which of ``message_ids`` are already stored in the stream (idempotency keys)."""
 
     @abc.abstractmethod
+    def find_event(self, event_id: uuid.UUID) -> RecordedEvent | None:
+        """The stored event with this id, if any: how a task learns a cycle's recorded outcome."""
+
+    @abc.abstractmethod
     def delete_stream(self, stream_id: str) -> int:
         """Erase a stream: its events, projection, messages and queued work. Returns events removed."""
+
+    # --- added with the SQL store: paging, projection rebuilds, outbox relay ---------------------------
+
+    @abc.abstractmethod
+    def read_messages(
+        self,
+        stream_id: str,
+        *,
+        thread_id: str | None = None,
+        cursor: tuple[datetime, str] | None = None,
+        backward: bool = False,
+        limit: int = 50,
+    ) -> list[StoredMessage]:
+        """A page of the stream's messages ordered by ``(created_at, message_id)``, oldest first.
+
+        Forward pages start after ``cursor``; backward pages (``backward=True``) end before it, so
+        ``backward=True`` without a cursor is the latest ``limit`` messages. ``thread_id`` narrows a resource
+        stream to one thread.
+        """
+
+    @abc.abstractmethod
+    def list_stream_ids(self, prefix: str = "", *, after: str = "", limit: int = 1000) -> list[str]:
+        """Ids of streams that have events, starting with ``prefix``, in id order after ``after``."""
+
+    @abc.abstractmethod
+    def iter_streams(self, prefix: str = "") -> Iterator[str]:
+        """Every stream id starting with ``prefix``, in id order, fetched page by page."""
+
+    @abc.abstractmethod
+    def replace_snapshot(self, stream_id: str, snapshot: StateSnapshot, version: int) -> None:
+        """Overwrite the inline projection of a stream, as a projection rebuild does."""
+
+    @abc.abstractmethod
+    def fetch_unpublished_tasks(self, limit: int = 100, older_than_seconds: float = 0.0) -> list[OutboxTask]:
+        """Outbox rows not yet published and created at least ``older_than_seconds`` ago, oldest first."""
+
+    @abc.abstractmethod
+    def mark_tasks_published(self, ids: Sequence[int]) -> int:
+        """Record that outbox rows were handed to the broker. Returns how many rows changed."""
 
 
 # --- model gateway -------------------------------------------------------------------------------------
@@ -157,3 +249,20 @@ class ModelGateway(abc.ABC):
     @abc.abstractmethod
     def complete(self, request: ModelRequest) -> ModelResponse:
         """Run one model call, retrying transient failures within the configured bound."""
+
+
+# --- work dispatch -------------------------------------------------------------------------------------
+
+
+class WorkDispatcher(abc.ABC):
+    """Hands committed task requests to whatever runs them.
+
+    Called after the commit that wrote them to the outbox. Best effort: if it fails, the outbox still holds
+    the request and the relay publishes it later, so a dispatcher must never raise into the caller.
+    """
+
+    # True when dispatch runs the work before it returns: nobody else will deliver it, so don't wait
+    runs_inline: bool = False
+
+    @abc.abstractmethod
+    def dispatch(self, tasks: Sequence[TaskRequest]) -> None: ...

@@ -1,0 +1,205 @@
+"""Use cases that write what clients send: configure a thread, append messages."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from om_core.application.ports import MessageConflictError
+from om_core.application.records import (
+    Deps,
+    Plan,
+    commit,
+    counter_for,
+    load_state,
+    plan_decisions,
+    record_config,
+    retry_on_conflict,
+    thread_stream_id,
+)
+from om_core.domain.config import merge_config_layers, parse_memory_config
+from om_core.domain.dates import temporal_gap_marker
+from om_core.domain.events import DomainEvent, MessageAppended, TemporalMarkerInserted, ThreadConfigured
+from om_core.domain.message_input import (
+    MessageValidationError,
+    content_hash,
+    message_text,
+    message_to_json,
+    normalize_message,
+)
+from om_core.domain.messages import Message
+from om_core.domain.state import RecordState
+from om_core.domain.timeutil import format_time, parse_time
+
+
+@dataclass(frozen=True, slots=True)
+class AppendedMessage:
+    message_id: str
+    seq: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class AppendOutcome:
+    stream_id: str
+    version: int
+    appended: list[AppendedMessage]
+    duplicates: list[str]
+    events: list[DomainEvent] = field(default_factory=list)
+    state: RecordState | None = None
+
+
+def configure_thread(
+    deps: Deps,
+    *,
+    tenant: str,
+    thread_id: str,
+    resource_id: str | None = None,
+    title: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> RecordState:
+    """Create a thread or change its title, metadata or configuration overrides.
+
+    The overrides are validated against the server profile before anything is stored.
+    """
+    if config is not None:
+        parse_memory_config(merge_config_layers(deps.profile, config))
+    stream_id = thread_stream_id(tenant, thread_id)
+
+    def attempt() -> RecordState:
+        state = load_state(deps.store, stream_id)
+        plan = Plan(state)
+        plan.add(
+            ThreadConfigured(
+                thread_id=thread_id,
+                resource_id=resource_id,
+                title=title,
+                metadata=dict(metadata) if metadata is not None else None,
+                config=dict(config) if config is not None else None,
+                at=format_time(deps.clock()),
+            )
+        )
+        commit(deps, plan, state.version)
+        return plan.state
+
+    return retry_on_conflict(attempt)
+
+
+def append_messages(
+    deps: Deps,
+    *,
+    tenant: str,
+    thread_id: str,
+    messages: Sequence[Mapping[str, Any]],
+    resource_id: str | None = None,
+) -> AppendOutcome:
+    """Append messages to a thread: count their tokens once, and let the policy react in the same commit.
+
+    Every message is validated before anything is stored, so a bad one rejects the whole request.
+    Message ids are idempotency keys: a re-sent message with the same content is reported as a duplicate;
+    different content under a known id is a MessageConflictError.
+    """
+    if not messages:
+        raise MessageValidationError("messages", "at least one message is required")
+    now = deps.clock()
+    normalized = [
+        normalize_message(
+            raw, now=now, max_bytes=deps.max_message_bytes, thread_id=thread_id, path_prefix=f"messages[{i}]"
+        )
+        for i, raw in enumerate(messages)
+    ]
+    batch = _dedupe_batch(normalized)
+    stream_id = thread_stream_id(tenant, thread_id)
+
+    def attempt() -> AppendOutcome:
+        state = load_state(deps.store, stream_id)
+        config = record_config(deps.profile, state)
+        counter = counter_for(config)
+        stored = deps.store.find_messages(stream_id, [m.id for m, _ in batch])
+        duplicates: list[str] = []
+        fresh: list[tuple[Message, str]] = []
+        for message, digest in batch:
+            known = stored.get(message.id)
+            if known is None:
+                fresh.append((message, digest))
+            elif known.content_hash == digest:
+                duplicates.append(message.id)
+            else:
+                raise MessageConflictError(stream_id, message.id)
+        plan = Plan(state)
+        if state.thread_id is None:
+            plan.add(ThreadConfigured(thread_id=thread_id, resource_id=resource_id, at=format_time(now)))
+        appended: list[AppendedMessage] = []
+        for message, digest in fresh:
+            if config.temporal_markers and message.role == "user":
+                _add_gap_marker(plan, message, counter.count_text)
+            tokens = counter.count_message(message)
+            seq = plan.state.next_seq
+            plan.add(
+                MessageAppended(
+                    seq=seq,
+                    message_id=message.id,
+                    thread_id=thread_id,
+                    resource_id=resource_id or state.resource_id,
+                    role=message.role,
+                    created_at=format_time(message.created_at),
+                    model=message.model,
+                    tokens=tokens,
+                    content_hash=digest,
+                    message=message_to_json(message),
+                    text=message_text(message),
+                )
+            )
+            appended.append(AppendedMessage(message_id=message.id, seq=seq, tokens=tokens))
+        if appended:
+            plan_decisions(plan, config, now, mode="append")
+        version = commit(deps, plan, state.version)
+        return AppendOutcome(
+            stream_id=stream_id,
+            version=version,
+            appended=appended,
+            duplicates=duplicates,
+            events=plan.events,
+            state=plan.state,
+        )
+
+    return retry_on_conflict(attempt)
+
+
+def _dedupe_batch(messages: list[Message]) -> list[tuple[Message, str]]:
+    seen: dict[str, str] = {}
+    batch: list[tuple[Message, str]] = []
+    for index, message in enumerate(messages):
+        digest = content_hash(message)
+        if message.id in seen:
+            if seen[message.id] != digest:
+                raise MessageValidationError(
+                    f"messages[{index}].id", f"id {message.id!r} appears twice with different content"
+                )
+            continue
+        seen[message.id] = digest
+        batch.append((message, digest))
+    return batch
+
+
+def _add_gap_marker(plan: Plan, message: Message, count_text: Any) -> None:
+    previous = plan.state.last_message_at
+    if previous is None:
+        return
+    text = temporal_gap_marker(parse_time(previous), message.created_at)
+    if text is None:
+        return
+    marker_at = message.created_at
+    plan.add(
+        TemporalMarkerInserted(
+            seq=plan.state.next_seq,
+            marker_id=f"__temporal_gap_{message.id}",
+            thread_id=message.thread_id,
+            before_message_id=message.id,
+            text=text,
+            tokens=int(count_text(text)),
+            created_at=format_time(marker_at),
+        )
+    )

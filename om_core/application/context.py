@@ -1,0 +1,194 @@
+"""Use cases that read: get the context window (enforcing blockAfter), replay, status."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from om_core.application.ports import ConcurrencyError
+from om_core.application.records import (
+    TASK_OBSERVE_SYNC,
+    TASK_REFLECT,
+    Deps,
+    Plan,
+    RecordNotFoundError,
+    commit,
+    load_state,
+    plan_decisions,
+    record_config,
+    replay_state,
+    thread_stream_id,
+)
+from om_core.application.work import WorkOutcome, run_task
+from om_core.domain import policy
+from om_core.domain.context import ContextWindow, build_context
+from om_core.domain.events import ContextReturnedOverBudget, effect_event_id
+from om_core.domain.state import RecordState
+from om_core.domain.timeutil import format_time
+
+MAX_SYNC_ROUNDS = 8
+POLL_INTERVAL_S = 0.02
+
+
+class ObservationFailedError(RuntimeError):
+    """failurePolicy ``abort``: the window is over blockAfter and observing it failed. Nothing is lost."""
+
+    def __init__(self, stream_id: str, pending_tokens: int, limit: int) -> None:
+        super().__init__(
+            f"observing {stream_id} failed and its context holds {pending_tokens} unobserved tokens, over "
+            f"the blockAfter limit of {limit}; the messages are kept and the next read tries again"
+        )
+        self.stream_id = stream_id
+        self.pending_tokens = pending_tokens
+        self.limit = limit
+
+
+def get_context(
+    deps: Deps,
+    *,
+    tenant: str,
+    thread_id: str,
+    caller_model: str | None = None,
+    at_version: int | None = None,
+    wait: bool = True,
+) -> ContextWindow:
+    """The context window to send to the agent's model.
+
+    With ``wait`` (the default) a window over its limit is observed (and an over-size log reflected) before
+    the read returns: by a worker when one answers within the bound, else inline. ``wait=False`` never
+    blocks: it returns what is there and leaves the work to the background.
+    ``at_version`` is time travel: a fresh fold of the first N events, with no side effects.
+    """
+    stream_id = thread_stream_id(tenant, thread_id)
+    if at_version is not None:
+        state = replay_state(deps.store, stream_id, at_version)
+        if state.version == 0:
+            raise RecordNotFoundError(stream_id)
+        config = record_config(deps.profile, state)
+        return build_context(state, config, deps.clock())
+    state = _settle(deps, stream_id, caller_model, wait)
+    config = record_config(deps.profile, state)
+    window = build_context(state, config, deps.clock())
+    limits = policy.resolve_limits(config, state)
+    limit = limits.block_after if limits.block_after is not None else limits.message_threshold
+    return _with_warning(window, limit)
+
+
+def _settle(deps: Deps, stream_id: str, caller_model: str | None, wait: bool) -> RecordState:
+    failed_rounds = 0
+    for _ in range(MAX_SYNC_ROUNDS * 4):
+        state = load_state(deps.store, stream_id)
+        if state.version == 0:
+            raise RecordNotFoundError(stream_id)
+        config = record_config(deps.profile, state)
+        now = deps.clock()
+        plan = plan_decisions(Plan(state), config, now, mode="read" if wait else "work",
+                              caller_model=caller_model)
+        try:
+            commit(deps, plan, state.version)
+        except ConcurrencyError:
+            continue
+        state = plan.state
+        cycle, task = plan.sync_cycle, plan.sync_task
+        if cycle is None and wait:
+            cycle, task = _foreign_sync_cycle(state)
+        if cycle is None or task is None:
+            return state
+        outcome = _await_cycle(deps, stream_id, cycle, task)
+        if outcome == WorkOutcome.FAILED:
+            failed_rounds += 1
+            state = load_state(deps.store, stream_id)
+            if _over_limit(deps, state):
+                return _apply_failure_policy(deps, state)
+        if failed_rounds >= MAX_SYNC_ROUNDS:
+            break
+    return load_state(deps.store, stream_id)
+
+
+def _foreign_sync_cycle(state: RecordState) -> tuple[str | None, str | None]:
+    """A synchronous cycle somebody else started: wait for it rather than return an oversize window."""
+    if state.sync_in_flight is not None:
+        return state.sync_in_flight.cycle_id, TASK_OBSERVE_SYNC
+    flight = state.reflection_in_flight
+    if flight is not None and flight.mode == "sync":
+        return flight.cycle_id, TASK_REFLECT
+    return None, None
+
+
+def _await_cycle(deps: Deps, stream_id: str, cycle_id: str, task: str) -> WorkOutcome:
+    """Wait for the cycle's outcome within the bound; if nobody delivers it, run the same task inline.
+
+    Whoever appends the outcome first wins by compare-and-set; the other finds the cycle done.
+    """
+    deadline = time.monotonic() + deps.sync_wait_seconds
+    while time.monotonic() < deadline:
+        state = load_state(deps.store, stream_id)
+        if not _in_flight(state, cycle_id):
+            return _outcome_of(deps, stream_id, cycle_id)
+        if deps.dispatcher.runs_inline:
+            break
+        time.sleep(POLL_INTERVAL_S)
+    outcome = run_task(deps, task, stream_id, cycle_id)
+    if outcome in (WorkOutcome.DUPLICATE, WorkOutcome.STALE):
+        return _outcome_of(deps, stream_id, cycle_id)
+    return outcome
+
+
+def _in_flight(state: RecordState, cycle_id: str) -> bool:
+    return (state.sync_in_flight is not None and state.sync_in_flight.cycle_id == cycle_id) or (
+        state.reflection_in_flight is not None and state.reflection_in_flight.cycle_id == cycle_id
+    )
+
+
+def _outcome_of(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
+    outcome_id = effect_event_id(stream_id, cycle_id, "outcome")
+    recorded = deps.store.find_event(outcome_id)
+    if recorded is None:
+        return WorkOutcome.STALE
+    if recorded.event_type.endswith("Failed"):
+        return WorkOutcome.FAILED
+    if recorded.event_type.endswith("Stale"):
+        return WorkOutcome.STALE
+    return WorkOutcome.COMPLETED
+
+
+def _over_limit(deps: Deps, state: RecordState) -> bool:
+    config = record_config(deps.profile, state)
+    limits = policy.resolve_limits(config, state)
+    limit = limits.block_after if limits.block_after is not None else limits.message_threshold
+    return state.pending_tokens >= limit
+
+
+def _apply_failure_policy(deps: Deps, state: RecordState) -> RecordState:
+    config = record_config(deps.profile, state)
+    limits = policy.resolve_limits(config, state)
+    limit = limits.block_after if limits.block_after is not None else limits.message_threshold
+    if config.failure_policy == "abort":
+        raise ObservationFailedError(state.stream_id, state.pending_tokens, limit)
+    plan = Plan(state)
+    plan.add(
+        ContextReturnedOverBudget(
+            pending_tokens=state.pending_tokens,
+            block_after_tokens=limit,
+            reason="synchronous observation failed; failurePolicy is continue",
+            at=format_time(deps.clock()),
+        )
+    )
+    try:
+        commit(deps, plan, state.version)
+    except ConcurrencyError:
+        return load_state(deps.store, state.stream_id)
+    return plan.state
+
+
+def _with_warning(window: ContextWindow, limit: int) -> ContextWindow:
+    if window.pending_tokens < limit:
+        return window
+    return replace(
+        window,
+        warnings=[
+            *window.warnings,
+            f"the context holds {window.pending_tokens} unobserved tokens, over the limit of {limit}, "
+            "because observation failed (failurePolicy: continue)",
+        ],
+    )

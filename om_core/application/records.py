@@ -1,0 +1,288 @@
+"""What every use case shares: dependencies, stream names, loading a record, planning and committing."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any, TypeVar
+
+from om_core.application.ports import ConcurrencyError, EventStore, ModelGateway, WorkDispatcher
+from om_core.domain import policy
+from om_core.domain.config import MemoryConfig, merge_config_layers, parse_memory_config
+from om_core.domain.envelope import NewEvent, StateSnapshot, TaskRequest
+from om_core.domain.events import (
+    ChunksActivated,
+    DomainEvent,
+    ObservationBufferRequested,
+    ReflectionActivated,
+    ReflectionRequested,
+    SyncObservationStarted,
+    from_recorded,
+    to_new_event,
+)
+from om_core.domain.state import RecordState, fold, initial_state
+from om_core.domain.timeutil import format_time
+from om_core.domain.tokens import TokenCounter, make_tokenizer
+
+TASK_OBSERVE_BUFFER = "om.observe_buffer"
+TASK_OBSERVE_SYNC = "om.observe_sync"
+TASK_REFLECT = "om.reflect"
+QUEUE_SYNC = "om.sync"
+QUEUE_BUFFER = "om.buffer"
+QUEUE_MAINTENANCE = "om.maintenance"
+
+MAX_CONFLICT_RETRIES = 50
+
+T = TypeVar("T")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Deps:
+    """The adapters a use case runs against. The API, the workers and the CLI build one each."""
+
+    store: EventStore
+    models: ModelGateway
+    dispatcher: WorkDispatcher
+    profile: Mapping[str, Any] = field(default_factory=dict)
+    clock: Callable[[], datetime] = utc_now
+    max_message_bytes: int = 1_000_000
+    sync_wait_seconds: float = 10.0
+
+
+class RecordNotFoundError(LookupError):
+    def __init__(self, stream_id: str) -> None:
+        super().__init__(f"no such thread or record: {stream_id}")
+        self.stream_id = stream_id
+
+
+def thread_stream_id(tenant: str, thread_id: str) -> str:
+    return f"{tenant}/thread/{thread_id}"
+
+
+def resource_stream_id(tenant: str, resource_id: str) -> str:
+    return f"{tenant}/resource/{resource_id}"
+
+
+def tenant_of(stream_id: str) -> str:
+    return stream_id.split("/", 1)[0]
+
+
+def new_cycle_id(kind: str) -> str:
+    return f"{kind}-{uuid.uuid4().hex[:16]}"
+
+
+@lru_cache(maxsize=256)
+def _parse_cached(canonical: str) -> MemoryConfig:
+    return parse_memory_config(json.loads(canonical))
+
+
+def record_config(profile: Mapping[str, Any], state: RecordState) -> MemoryConfig:
+    """The server profile with the thread's own overrides on top."""
+    merged = merge_config_layers(profile, state.config_overrides)
+    return _parse_cached(json.dumps(merged, sort_keys=True))
+
+
+@lru_cache(maxsize=16)
+def token_counter(tokenizer_spec: str) -> TokenCounter:
+    return TokenCounter(make_tokenizer(tokenizer_spec))
+
+
+def counter_for(config: MemoryConfig) -> TokenCounter:
+    return token_counter(config.tokenizer)
+
+
+def load_state(store: EventStore, stream_id: str) -> RecordState:
+    """The record's inline projection, caught up with any events it does not reflect yet."""
+    snapshot = store.load_snapshot(stream_id)
+    if snapshot is None:
+        state = initial_state(stream_id)
+    else:
+        data, version = snapshot
+        state = RecordState.from_json(data)
+        state.version = version
+    newer = store.read_stream(stream_id, after_version=state.version)
+    if newer:
+        state = fold(state, [from_recorded(r) for r in newer], version=newer[-1].stream_version)
+    return state
+
+
+def replay_state(store: EventStore, stream_id: str, to_version: int | None = None) -> RecordState:
+    """A fresh fold of the stream's first ``to_version`` events, ignoring every stored projection."""
+    events = store.read_stream(stream_id, after_version=0, limit=to_version)
+    state = initial_state(stream_id)
+    if events:
+        state = fold(state, [from_recorded(r) for r in events], version=events[-1].stream_version)
+    return state
+
+
+def snapshot_of(state: RecordState, tenant: str) -> StateSnapshot:
+    return StateSnapshot(
+        state=state.to_json(), tenant=tenant, thread_id=state.thread_id, resource_id=state.resource_id
+    )
+
+
+@dataclass
+class Plan:
+    """Events and outbox tasks decided for one commit, and the state they lead to."""
+
+    state: RecordState
+    events: list[DomainEvent] = field(default_factory=list)
+    event_ids: list[uuid.UUID | None] = field(default_factory=list)
+    tasks: list[TaskRequest] = field(default_factory=list)
+    sync_cycle: str | None = None
+    sync_task: str | None = None
+
+    def add(self, event: DomainEvent, *, event_id: uuid.UUID | None = None) -> None:
+        self.events.append(event)
+        self.event_ids.append(event_id)
+        self.state = fold(self.state, [event])
+
+
+def plan_decisions(
+    plan: Plan,
+    config: MemoryConfig,
+    now: datetime,
+    *,
+    mode: policy.Mode,
+    caller_model: str | None = None,
+) -> Plan:
+    """Turn policy decisions into events until the policy is satisfied or needs a model synchronously."""
+    stream_id = plan.state.stream_id
+    counter = counter_for(config)
+    stamp = format_time(now)
+    while plan.sync_cycle is None:
+        decision = policy.next_decision(plan.state, config, now, mode=mode, caller_model=caller_model)
+        if decision is None:
+            break
+        state = plan.state
+        if isinstance(decision, policy.ActivateChunks):
+            chunks = state.chunks[: decision.count]
+            plan.add(
+                ChunksActivated(
+                    cycle_ids=[c.cycle_id for c in chunks],
+                    through_seq=chunks[-1].to_seq,
+                    message_tokens=sum(c.message_tokens for c in chunks),
+                    observation_tokens=sum(c.observation_tokens for c in chunks),
+                    triggered_by=decision.triggered_by,
+                    activated_at=stamp,
+                    last_activity_at=decision.last_activity_at,
+                    ttl_expired_ms=decision.ttl_expired_ms,
+                    previous_model=decision.previous_model,
+                    current_model=decision.current_model,
+                )
+            )
+        elif isinstance(decision, policy.RequestObservationBuffer):
+            cycle = new_cycle_id("buffer-obs")
+            plan.add(
+                ObservationBufferRequested(
+                    cycle_id=cycle,
+                    from_seq=decision.from_seq,
+                    to_seq=decision.to_seq,
+                    message_tokens=decision.message_tokens,
+                    pending_tokens=decision.pending_tokens,
+                    trigger=decision.trigger,
+                    requested_at=stamp,
+                )
+            )
+            plan.tasks.append(_task(stream_id, cycle, TASK_OBSERVE_BUFFER, QUEUE_BUFFER))
+        elif isinstance(decision, policy.ObserveSynchronously):
+            cycle = new_cycle_id("sync-obs")
+            plan.add(
+                SyncObservationStarted(
+                    cycle_id=cycle,
+                    from_seq=decision.from_seq,
+                    to_seq=decision.to_seq,
+                    message_tokens=decision.message_tokens,
+                    trigger=decision.trigger,
+                    started_at=stamp,
+                )
+            )
+            plan.tasks.append(_task(stream_id, cycle, TASK_OBSERVE_SYNC, QUEUE_SYNC))
+            plan.sync_cycle, plan.sync_task = cycle, TASK_OBSERVE_SYNC
+        elif isinstance(decision, policy.RequestReflection):
+            cycle = new_cycle_id("reflect-buf" if decision.mode == "buffered" else "reflect")
+            plan.add(
+                ReflectionRequested(
+                    cycle_id=cycle,
+                    mode=decision.mode,
+                    generation=state.generation,
+                    line_count=decision.line_count,
+                    input_tokens=decision.input_tokens,
+                    target_tokens=decision.target_tokens,
+                    requested_at=stamp,
+                )
+            )
+            queue = QUEUE_SYNC if decision.mode == "sync" else QUEUE_BUFFER
+            plan.tasks.append(_task(stream_id, cycle, TASK_REFLECT, queue))
+            if decision.mode == "sync":
+                plan.sync_cycle, plan.sync_task = cycle, TASK_REFLECT
+        else:
+            buffered = state.buffered_reflection
+            assert buffered is not None  # the policy only activates an existing buffered reflection
+            carried = "\n".join(state.log_lines()[buffered.line_count :])
+            total = buffered.tokens + (counter.count_text(carried) if carried.strip() else 0)
+            plan.add(
+                ReflectionActivated(
+                    cycle_id=buffered.cycle_id,
+                    new_generation=state.generation + 1,
+                    observation_tokens_before=state.observation_tokens,
+                    observation_tokens=total,
+                    triggered_by=decision.triggered_by,
+                    activated_at=stamp,
+                )
+            )
+    return plan
+
+
+def _task(stream_id: str, cycle_id: str, task_name: str, queue: str) -> TaskRequest:
+    return TaskRequest(
+        key=f"{stream_id}:{cycle_id}",
+        task_name=task_name,
+        queue=queue,
+        payload={"stream_id": stream_id, "cycle_id": cycle_id},
+    )
+
+
+def commit(deps: Deps, plan: Plan, base_version: int, *, metadata: Mapping[str, Any] | None = None) -> int:
+    """Append the plan's events with compare-and-set on ``base_version``; returns the new version.
+
+    Raises ConcurrencyError when another writer got there first: callers re-load and re-plan.
+    """
+    if not plan.events:
+        return base_version
+    stream_id = plan.state.stream_id
+    meta = {"tenant": tenant_of(stream_id), **(metadata or {})}
+    new_events: list[NewEvent] = [
+        to_new_event(event, metadata=meta, event_id=event_id)
+        for event, event_id in zip(plan.events, plan.event_ids, strict=True)
+    ]
+    plan.state.version = base_version + len(new_events)
+    result = deps.store.append(
+        stream_id,
+        new_events,
+        base_version,
+        snapshot=snapshot_of(plan.state, tenant_of(stream_id)),
+        tasks=plan.tasks,
+    )
+    if plan.tasks:
+        deps.dispatcher.dispatch(plan.tasks)
+    return result.last_version
+
+
+def retry_on_conflict(operation: Callable[[], T]) -> T:
+    """Run ``operation`` again after a lost compare-and-set; it must re-read what it depends on."""
+    for _ in range(MAX_CONFLICT_RETRIES):
+        try:
+            return operation()
+        except ConcurrencyError:
+            continue
+    return operation()
+

@@ -1,0 +1,372 @@
+"""Use cases for model work: observe (buffered or synchronous) and reflect.
+
+Each runs one requested cycle of one record, identified by (stream, cycle id). It re-reads the stream, runs
+the model, and appends its outcome with compare-and-set after re-validating that the cycle is still the one
+in flight. The outcome event's id is derived from (stream, cycle), so a second delivery of the same task can
+never apply a second outcome: the store rejects it as a duplicate.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+
+from om_core.application.observer import ObserverFailedError, observe_messages
+from om_core.application.ports import DuplicateEventError, ModelError
+from om_core.application.records import (
+    TASK_OBSERVE_BUFFER,
+    TASK_OBSERVE_SYNC,
+    TASK_REFLECT,
+    Deps,
+    Plan,
+    commit,
+    counter_for,
+    load_state,
+    plan_decisions,
+    record_config,
+    retry_on_conflict,
+)
+from om_core.application.reflector import ReflectorFailedError, reflect_observations
+from om_core.domain.events import (
+    DomainEvent,
+    ObservationBufferCompleted,
+    ObservationBufferFailed,
+    ObservationBufferStale,
+    ObservationBufferStarted,
+    ReflectionBuffered,
+    ReflectionCompleted,
+    ReflectionFailed,
+    ReflectionStale,
+    SyncObservationCompleted,
+    SyncObservationFailed,
+    SyncObservationStale,
+    ThreadTitleChanged,
+    effect_event_id,
+)
+from om_core.domain.observer_output import thread_title_accepted
+from om_core.domain.state import RecordState
+from om_core.domain.timeutil import format_time
+
+
+class WorkOutcome(enum.StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    STALE = "stale"
+    DUPLICATE = "duplicate"
+
+
+class UnknownTaskError(ValueError):
+    pass
+
+
+def run_task(deps: Deps, task_name: str, stream_id: str, cycle_id: str) -> WorkOutcome:
+    runners: dict[str, Callable[[Deps, str, str], WorkOutcome]] = {
+        TASK_OBSERVE_BUFFER: run_buffer_observation,
+        TASK_OBSERVE_SYNC: run_sync_observation,
+        TASK_REFLECT: run_reflection,
+    }
+    runner = runners.get(task_name)
+    if runner is None:
+        raise UnknownTaskError(f"unknown task {task_name!r}")
+    return runner(deps, stream_id, cycle_id)
+
+
+def _record_outcome(
+    deps: Deps,
+    stream_id: str,
+    cycle_id: str,
+    build: Callable[[RecordState], list[DomainEvent] | None],
+    *,
+    stale: Callable[[RecordState], DomainEvent],
+) -> WorkOutcome:
+    """Append the outcome of a cycle, or a stale record of it when the cycle is no longer in flight.
+
+    ``build`` returns the outcome events for a state in which the cycle is still valid, or None when it is
+    not. The first event carries the cycle's deterministic outcome id.
+    """
+    outcome_id = effect_event_id(stream_id, cycle_id, "outcome")
+
+    def attempt() -> WorkOutcome:
+        state = load_state(deps.store, stream_id)
+        config = record_config(deps.profile, state)
+        events = build(state)
+        plan = Plan(state)
+        result = WorkOutcome.COMPLETED
+        if events is None:
+            events = [stale(state)]
+            result = WorkOutcome.STALE
+        for index, event in enumerate(events):
+            plan.add(event, event_id=outcome_id if index == 0 else None)
+        if isinstance(events[0], ObservationBufferFailed | SyncObservationFailed | ReflectionFailed):
+            result = WorkOutcome.FAILED
+        plan_decisions(plan, config, deps.clock(), mode="work")
+        try:
+            commit(deps, plan, state.version)
+        except DuplicateEventError:
+            return WorkOutcome.DUPLICATE
+        return result
+
+    return retry_on_conflict(attempt)
+
+
+# --- observation ------------------------------------------------------------------------------------------
+
+
+def run_buffer_observation(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
+    state = load_state(deps.store, stream_id)
+    flight = state.buffer_in_flight
+    if flight is None or flight.cycle_id != cycle_id:
+        # already done (a redelivery: the stale record collides with the stored outcome) or superseded
+        return _record_outcome(deps, stream_id, cycle_id, lambda s: None, stale=_buffer_stale(cycle_id, deps))
+    config = record_config(deps.profile, state)
+    _mark_started(deps, stream_id, cycle_id)
+    messages = [m for m in state.window if flight.from_seq <= m.seq <= flight.to_seq]
+    started = time.monotonic()
+    try:
+        result = observe_messages(deps, state, config, messages, buffered=True)
+    except (ModelError, ObserverFailedError) as exc:
+        failed = ObservationBufferFailed(
+            cycle_id=cycle_id,
+            error=str(exc),
+            attempts=getattr(exc, "attempts", 1),
+            failed_at=format_time(deps.clock()),
+        )
+        return _record_outcome(
+            deps,
+            stream_id,
+            cycle_id,
+            lambda s: [failed] if _buffer_valid(s, cycle_id) else None,
+            stale=_buffer_stale(cycle_id, deps),
+        )
+    completed = ObservationBufferCompleted(
+        cycle_id=cycle_id,
+        from_seq=flight.from_seq,
+        to_seq=flight.to_seq,
+        message_ids=[m.message_id for m in messages],
+        message_tokens=sum(m.tokens for m in messages),
+        observations=result.observations,
+        observation_tokens=result.observation_tokens,
+        last_observed_at=result.last_observed_at,
+        current_task=result.current_task,
+        suggested_response=result.suggested_response,
+        thread_title=result.thread_title,
+        extracted=result.extracted,
+        extraction_failures=result.extraction_failures,
+        usage=result.usage,
+        completed_at=format_time(deps.clock()),
+        duration_ms=(time.monotonic() - started) * 1000,
+    )
+    return _record_outcome(
+        deps,
+        stream_id,
+        cycle_id,
+        lambda s: [completed, *_title_events(s, result.thread_title, cycle_id, deps)]
+        if _buffer_valid(s, cycle_id)
+        else None,
+        stale=_buffer_stale(cycle_id, deps),
+    )
+
+
+def _buffer_valid(state: RecordState, cycle_id: str) -> bool:
+    return state.buffer_in_flight is not None and state.buffer_in_flight.cycle_id == cycle_id
+
+
+def _buffer_stale(cycle_id: str, deps: Deps) -> Callable[[RecordState], DomainEvent]:
+    return lambda s: ObservationBufferStale(
+        cycle_id=cycle_id, reason="messages were observed meanwhile", at=format_time(deps.clock())
+    )
+
+
+def _mark_started(deps: Deps, stream_id: str, cycle_id: str) -> None:
+    started_id = effect_event_id(stream_id, cycle_id, "started")
+
+    def attempt() -> None:
+        state = load_state(deps.store, stream_id)
+        flight = state.buffer_in_flight
+        if flight is None or flight.cycle_id != cycle_id or flight.started:
+            return
+        plan = Plan(state)
+        plan.add(
+            ObservationBufferStarted(cycle_id=cycle_id, attempt=1, started_at=format_time(deps.clock())),
+            event_id=started_id,
+        )
+        try:
+            commit(deps, plan, state.version)
+        except DuplicateEventError:
+            return
+
+    retry_on_conflict(attempt)
+
+
+def run_sync_observation(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
+    state = load_state(deps.store, stream_id)
+    flight = state.sync_in_flight
+    if flight is None or flight.cycle_id != cycle_id:
+        # already done (a redelivery: the stale record collides with the stored outcome) or superseded
+        return _record_outcome(deps, stream_id, cycle_id, lambda s: None, stale=_sync_stale(cycle_id, deps))
+    config = record_config(deps.profile, state)
+    messages = [m for m in state.window if flight.from_seq <= m.seq <= flight.to_seq]
+    started = time.monotonic()
+    try:
+        result = observe_messages(deps, state, config, messages, buffered=False)
+    except (ModelError, ObserverFailedError) as exc:
+        failed = SyncObservationFailed(
+            cycle_id=cycle_id,
+            error=str(exc),
+            attempts=getattr(exc, "attempts", 1),
+            failed_at=format_time(deps.clock()),
+        )
+        return _record_outcome(
+            deps,
+            stream_id,
+            cycle_id,
+            lambda s: [failed] if _sync_valid(s, cycle_id) else None,
+            stale=_sync_stale(cycle_id, deps),
+        )
+    completed = SyncObservationCompleted(
+        cycle_id=cycle_id,
+        from_seq=flight.from_seq,
+        to_seq=flight.to_seq,
+        message_ids=[m.message_id for m in messages],
+        message_tokens=sum(m.tokens for m in messages),
+        observations=result.observations,
+        observation_tokens=result.observation_tokens,
+        last_observed_at=result.last_observed_at,
+        current_task=result.current_task,
+        suggested_response=result.suggested_response,
+        thread_title=result.thread_title,
+        extracted=result.extracted,
+        extraction_failures=result.extraction_failures,
+        usage=result.usage,
+        completed_at=format_time(deps.clock()),
+        duration_ms=(time.monotonic() - started) * 1000,
+    )
+    return _record_outcome(
+        deps,
+        stream_id,
+        cycle_id,
+        lambda s: [completed, *_title_events(s, result.thread_title, cycle_id, deps)]
+        if _sync_valid(s, cycle_id)
+        else None,
+        stale=_sync_stale(cycle_id, deps),
+    )
+
+
+def _sync_valid(state: RecordState, cycle_id: str) -> bool:
+    return state.sync_in_flight is not None and state.sync_in_flight.cycle_id == cycle_id
+
+
+def _sync_stale(cycle_id: str, deps: Deps) -> Callable[[RecordState], DomainEvent]:
+    return lambda s: SyncObservationStale(
+        cycle_id=cycle_id, reason="the cycle is no longer in flight", at=format_time(deps.clock())
+    )
+
+
+def _title_events(
+    state: RecordState, title: str | None, cycle_id: str, deps: Deps
+) -> list[DomainEvent]:
+    if title is None or state.thread_id is None:
+        return []
+    pinned = bool(state.thread_metadata.get("titlePinned"))
+    if not thread_title_accepted(title, state.title, pinned):
+        return []
+    return [
+        ThreadTitleChanged(
+            thread_id=state.thread_id,
+            old_title=state.title,
+            new_title=title.strip(),
+            cycle_id=cycle_id,
+            at=format_time(deps.clock()),
+        )
+    ]
+
+
+# --- reflection -------------------------------------------------------------------------------------------
+
+
+def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
+    state = load_state(deps.store, stream_id)
+    flight = state.reflection_in_flight
+    if flight is None or flight.cycle_id != cycle_id or flight.generation != state.generation:
+        return _record_outcome(
+            deps, stream_id, cycle_id, lambda s: None, stale=_reflection_stale(cycle_id, deps)
+        )
+    config = record_config(deps.profile, state)
+    counter = counter_for(config)
+    source = "\n".join(state.log_lines()[: flight.line_count])
+    started = time.monotonic()
+    stamp = format_time(deps.clock())
+    try:
+        result = reflect_observations(
+            deps, config, source, target_tokens=flight.target_tokens, buffered=flight.mode == "buffered",
+            prior_values=state.extracted,
+        )
+    except (ModelError, ReflectorFailedError) as exc:
+        failed = ReflectionFailed(
+            cycle_id=cycle_id,
+            mode=flight.mode,
+            error=str(exc),
+            observation_tokens=state.observation_tokens,
+            levels_tried=list(getattr(exc, "levels_tried", [])),
+            failed_at=stamp,
+        )
+        return _record_outcome(
+            deps,
+            stream_id,
+            cycle_id,
+            lambda s: [failed] if _reflection_valid(s, cycle_id) else None,
+            stale=_reflection_stale(cycle_id, deps),
+        )
+    duration = (time.monotonic() - started) * 1000
+
+    def outcome(s: RecordState) -> list[DomainEvent] | None:
+        if not _reflection_valid(s, cycle_id):
+            return None
+        if flight.mode == "buffered":
+            return [
+                ReflectionBuffered(
+                    cycle_id=cycle_id,
+                    generation=flight.generation,
+                    line_count=flight.line_count,
+                    input_tokens=flight.input_tokens,
+                    text=result.text,
+                    tokens=result.tokens,
+                    levels_tried=result.levels_tried,
+                    usage=result.usage,
+                    completed_at=format_time(deps.clock()),
+                    duration_ms=duration,
+                )
+            ]
+        # lines appended after the slice while the Reflector ran are kept in the new generation
+        carried = "\n".join(s.log_lines()[flight.line_count :])
+        total = result.tokens + (counter.count_text(carried) if carried.strip() else 0)
+        return [
+            ReflectionCompleted(
+                cycle_id=cycle_id,
+                new_generation=s.generation + 1,
+                line_count=flight.line_count,
+                input_tokens=flight.input_tokens,
+                text=result.text,
+                tokens=result.tokens,
+                observation_tokens=total,
+                over_target=not result.under_target,
+                levels_tried=result.levels_tried,
+                usage=result.usage,
+                completed_at=format_time(deps.clock()),
+                duration_ms=duration,
+            )
+        ]
+
+    return _record_outcome(deps, stream_id, cycle_id, outcome, stale=_reflection_stale(cycle_id, deps))
+
+
+def _reflection_valid(state: RecordState, cycle_id: str) -> bool:
+    flight = state.reflection_in_flight
+    return flight is not None and flight.cycle_id == cycle_id and flight.generation == state.generation
+
+
+def _reflection_stale(cycle_id: str, deps: Deps) -> Callable[[RecordState], DomainEvent]:
+    return lambda s: ReflectionStale(
+        cycle_id=cycle_id, reason="the log changed generation meanwhile", at=format_time(deps.clock())
+    )

@@ -1,0 +1,166 @@
+"""The projected context window (semantics §7) and the ``data-om-status`` object, built from the state.
+
+Both are pure functions of (state, config, now): a context read at version N and a replay to version N give
+the same answer, which is what time travel relies on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from om_core.domain import thresholds
+from om_core.domain.config import MemoryConfig
+from om_core.domain.observation_log import optimize_observations_for_context
+from om_core.domain.policy import Limits, resolve_limits
+from om_core.domain.state import RecordState
+
+PREAMBLE = (
+    "The observations below are your memory of earlier parts of this conversation with this user, "
+    "written down as the conversation went on. Each line is dated; the newest lines are the most current. "
+    "Use the specifics they hold (names, numbers, dates, decisions) to answer personally and precisely. "
+    "When observations disagree, trust the most recent one. Plans recorded as future intentions have "
+    "probably happened by now unless something says otherwise. The latest user message is what you answer; "
+    "content inside <system-reminder> tags is guidance for you, never something the user said."
+)
+
+RETRIEVAL_INSTRUCTIONS = (
+    "Each observation group carries the range of message ids it was written from (`start:end`). When you "
+    "need the exact wording of something the observations only summarise (to quote it, repeat it, or check "
+    "a detail), call the `recall` tool with a message id from that range as the cursor; page forward or "
+    "backward with `page`, and ask for `detail: high` or a `partIndex` to read a single part in full."
+)
+
+CONTINUATION_REMINDER = (
+    "<system-reminder>The conversation continues from here. Earlier turns are summarised in your memory "
+    "above; treat them as background and carry on naturally without mentioning memory or summaries. "
+    "{suggestion}Messages that follow take priority over anything remembered.</system-reminder>"
+)
+
+OBSERVATIONS_OPEN = "<observations>"
+OBSERVATIONS_CLOSE = "</observations>"
+
+
+@dataclass(frozen=True)
+class ContextWindow:
+    """What an agent sends to its model: system messages, a continuation hint, the unobserved messages."""
+
+    system: list[str]
+    continuation: str | None
+    messages: list[dict[str, Any]]
+    status: dict[str, Any]
+    version: int
+    pending_tokens: int
+    observation_tokens: int
+    warnings: list[str] = field(default_factory=list)
+
+
+def build_context(state: RecordState, config: MemoryConfig, now: datetime) -> ContextWindow:
+    system: list[str] = []
+    if state.log:
+        preamble = PREAMBLE
+        if config.retrieval is not None:
+            preamble += "\n\n" + RETRIEVAL_INSTRUCTIONS
+            if config.retrieval.instructions:
+                preamble += "\n\n" + config.retrieval.instructions
+        system.append(preamble)
+        system.append(OBSERVATIONS_OPEN)
+        # one message per log segment: older segments never change, so prompt caches keep hitting them
+        for segment in state.log:
+            text = optimize_observations_for_context(segment.text, now)
+            if text.strip():
+                system.append(text)
+        system.append(OBSERVATIONS_CLOSE)
+        if state.current_task and config.observation.continuation_hints:
+            system.append(f"<current-task>\n{state.current_task}\n</current-task>")
+        if state.suggested_response and config.observation.continuation_hints:
+            system.append(f"<suggested-response>\n{state.suggested_response}\n</suggested-response>")
+        for extractor in config.observation.extract:
+            value = state.extracted.get(extractor.name)
+            if extractor.include_previous_extraction and value not in (None, "", {}, []):
+                system.append(f"<{extractor.name}>\n{_render_value(value)}\n</{extractor.name}>")
+    continuation = None
+    if state.log:
+        suggestion = "If a suggested response is given above, follow it. " if state.suggested_response else ""
+        continuation = CONTINUATION_REMINDER.format(suggestion=suggestion)
+    return ContextWindow(
+        system=system,
+        continuation=continuation,
+        messages=[m.message for m in state.window],
+        status=build_status(state, config),
+        version=state.version,
+        pending_tokens=state.pending_tokens,
+        observation_tokens=state.observation_tokens,
+    )
+
+
+def _render_value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def build_status(state: RecordState, config: MemoryConfig, *, step_number: int = 0) -> dict[str, Any]:
+    """The ``data-om-status`` data object, with Mastra's field names."""
+    limits = resolve_limits(config, state)
+    return {
+        "windows": {
+            "active": {
+                "messages": {"tokens": state.pending_tokens, "threshold": limits.message_threshold},
+                "observations": {
+                    "tokens": state.observation_tokens,
+                    "threshold": limits.observation_threshold,
+                },
+            },
+            "buffered": {
+                "observations": {
+                    "chunks": len(state.chunks),
+                    "messageTokens": min(state.chunk_message_tokens, state.pending_tokens),
+                    "projectedMessageRemoval": _projected_removal(state, limits),
+                    "observationTokens": state.chunk_observation_tokens,
+                    "status": _buffer_status(state),
+                },
+                "reflection": {
+                    "inputObservationTokens": (
+                        state.buffered_reflection.input_tokens if state.buffered_reflection else 0
+                    ),
+                    "observationTokens": (
+                        state.buffered_reflection.tokens if state.buffered_reflection else 0
+                    ),
+                    "status": _reflection_status(state),
+                },
+            },
+        },
+        "recordId": state.stream_id,
+        "threadId": state.thread_id,
+        "stepNumber": step_number,
+        "generationCount": state.generation,
+    }
+
+
+def _projected_removal(state: RecordState, limits: Limits) -> int:
+    if not state.chunks:
+        return 0
+    count = thresholds.select_chunks_to_activate(
+        [c.message_tokens for c in state.chunks],
+        pending_tokens=state.pending_tokens,
+        threshold=limits.message_threshold,
+        retention_floor=limits.retention_floor,
+        block_after=limits.block_after,
+    )
+    return sum(c.message_tokens for c in state.chunks[:count])
+
+
+def _buffer_status(state: RecordState) -> str:
+    if state.buffer_in_flight is not None:
+        return "running"
+    return "complete" if state.chunks else "idle"
+
+
+def _reflection_status(state: RecordState) -> str:
+    flight = state.reflection_in_flight
+    if flight is not None and flight.mode == "buffered":
+        return "running"
+    return "complete" if state.buffered_reflection is not None else "idle"

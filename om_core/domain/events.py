@@ -1,0 +1,401 @@
+"""The event catalogue of the OM lifecycle.
+
+Every change to a record is one of these events appended to the record's stream. Payloads are pydantic
+models so that what is stored is validated on the way in and on the way out; the storage envelope
+(``NewEvent``/``RecordedEvent``) only sees their JSON.
+
+Sequence numbers (``seq``) number the messages of a stream 1, 2, 3...; ranges are inclusive. The observation
+cursor of a record is the highest ``seq`` covered by its observation log.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from om_core.domain.envelope import JSONDict, NewEvent, RecordedEvent
+
+TriggeredBy = Literal["threshold", "ttl", "provider_change", "block_after", "manual"]
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    latency_ms: float = 0.0
+    calls: int = 1
+
+
+class DomainEvent(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    event_type: ClassVar[str]
+    schema_version: ClassVar[int] = 1
+
+
+# --- threads and messages ---------------------------------------------------------------------------------
+
+
+class ThreadConfigured(DomainEvent):
+    """A thread was created or its title, metadata or memory configuration changed."""
+
+    event_type: ClassVar[str] = "ThreadConfigured"
+
+    thread_id: str
+    resource_id: str | None = None
+    title: str | None = None
+    metadata: JSONDict | None = None
+    # per-thread overrides of the server profile, camelCase as the client sent them; None = unchanged
+    config: JSONDict | None = None
+    at: str
+
+
+class MessageAppended(DomainEvent):
+    event_type: ClassVar[str] = "MessageAppended"
+
+    seq: int
+    message_id: str
+    thread_id: str | None
+    resource_id: str | None = None
+    role: str
+    created_at: str
+    model: str | None = None
+    tokens: int
+    content_hash: str
+    message: JSONDict
+    text: str
+
+
+class TemporalMarkerInserted(DomainEvent):
+    """A gap line placed before a user message that followed ≥ 10 minutes of silence."""
+
+    event_type: ClassVar[str] = "TemporalMarkerInserted"
+
+    seq: int
+    marker_id: str
+    thread_id: str | None
+    before_message_id: str
+    text: str
+    tokens: int
+    created_at: str
+
+
+# --- observation buffering --------------------------------------------------------------------------------
+
+
+class ObservationBufferRequested(DomainEvent):
+    event_type: ClassVar[str] = "ObservationBufferRequested"
+
+    cycle_id: str
+    from_seq: int
+    to_seq: int
+    message_tokens: int
+    pending_tokens: int
+    trigger: Literal["interval", "idle", "manual"]
+    requested_at: str
+
+
+class ObservationBufferStarted(DomainEvent):
+    event_type: ClassVar[str] = "ObservationBufferStarted"
+
+    cycle_id: str
+    attempt: int
+    started_at: str
+
+
+class ObservationBufferCompleted(DomainEvent):
+    """A chunk: observations of exactly the messages ``from_seq..to_seq`` of the request."""
+
+    event_type: ClassVar[str] = "ObservationBufferCompleted"
+
+    cycle_id: str
+    from_seq: int
+    to_seq: int
+    message_ids: list[str]
+    message_tokens: int
+    observations: str
+    observation_tokens: int
+    last_observed_at: str
+    current_task: str | None = None
+    suggested_response: str | None = None
+    thread_title: str | None = None
+    extracted: JSONDict = {}
+    extraction_failures: JSONDict = {}
+    usage: Usage = Usage()
+    completed_at: str
+    duration_ms: float = 0.0
+
+
+class ObservationBufferFailed(DomainEvent):
+    event_type: ClassVar[str] = "ObservationBufferFailed"
+
+    cycle_id: str
+    error: str
+    attempts: int = 1
+    failed_at: str
+
+
+class ObservationBufferStale(DomainEvent):
+    """A buffer result arrived for messages that were observed meanwhile: recorded, never applied."""
+
+    event_type: ClassVar[str] = "ObservationBufferStale"
+
+    cycle_id: str
+    reason: str
+    at: str
+
+
+class ChunksActivated(DomainEvent):
+    event_type: ClassVar[str] = "ChunksActivated"
+
+    cycle_ids: list[str]
+    through_seq: int
+    message_tokens: int
+    observation_tokens: int
+    triggered_by: TriggeredBy
+    activated_at: str
+    last_activity_at: str | None = None
+    ttl_expired_ms: int | None = None
+    previous_model: str | None = None
+    current_model: str | None = None
+
+
+# --- synchronous observation ------------------------------------------------------------------------------
+
+
+class SyncObservationStarted(DomainEvent):
+    event_type: ClassVar[str] = "SyncObservationStarted"
+
+    cycle_id: str
+    from_seq: int
+    to_seq: int
+    message_tokens: int
+    trigger: Literal["threshold", "block_after", "manual"]
+    started_at: str
+
+
+class SyncObservationCompleted(DomainEvent):
+    event_type: ClassVar[str] = "SyncObservationCompleted"
+
+    cycle_id: str
+    from_seq: int
+    to_seq: int
+    message_ids: list[str]
+    message_tokens: int
+    observations: str
+    observation_tokens: int
+    last_observed_at: str
+    current_task: str | None = None
+    suggested_response: str | None = None
+    thread_title: str | None = None
+    extracted: JSONDict = {}
+    extraction_failures: JSONDict = {}
+    usage: Usage = Usage()
+    completed_at: str
+    duration_ms: float = 0.0
+
+
+class SyncObservationFailed(DomainEvent):
+    event_type: ClassVar[str] = "SyncObservationFailed"
+
+    cycle_id: str
+    error: str
+    attempts: int = 1
+    failed_at: str
+
+
+class SyncObservationStale(DomainEvent):
+    event_type: ClassVar[str] = "SyncObservationStale"
+
+    cycle_id: str
+    reason: str
+    at: str
+
+
+# --- reflection -------------------------------------------------------------------------------------------
+
+
+class ReflectionRequested(DomainEvent):
+    """Reflection of the first ``line_count`` lines of generation ``generation``'s log."""
+
+    event_type: ClassVar[str] = "ReflectionRequested"
+
+    cycle_id: str
+    mode: Literal["buffered", "sync"]
+    generation: int
+    line_count: int
+    input_tokens: int
+    target_tokens: int
+    requested_at: str
+
+
+class ReflectionBuffered(DomainEvent):
+    event_type: ClassVar[str] = "ReflectionBuffered"
+
+    cycle_id: str
+    generation: int
+    line_count: int
+    input_tokens: int
+    text: str
+    tokens: int
+    levels_tried: list[int] = []
+    usage: Usage = Usage()
+    completed_at: str
+    duration_ms: float = 0.0
+
+
+class ReflectionActivated(DomainEvent):
+    """A buffered reflection became the new generation; log lines written after its slice are kept."""
+
+    event_type: ClassVar[str] = "ReflectionActivated"
+
+    cycle_id: str
+    new_generation: int
+    observation_tokens_before: int
+    observation_tokens: int
+    triggered_by: TriggeredBy
+    activated_at: str
+
+
+class ReflectionCompleted(DomainEvent):
+    """A synchronous reflection committed as the new generation."""
+
+    event_type: ClassVar[str] = "ReflectionCompleted"
+
+    cycle_id: str
+    new_generation: int
+    line_count: int
+    input_tokens: int
+    text: str
+    tokens: int
+    # the new generation's size: the reflection plus the log lines written after its slice
+    observation_tokens: int
+    over_target: bool
+    levels_tried: list[int] = []
+    usage: Usage = Usage()
+    completed_at: str
+    duration_ms: float = 0.0
+
+
+class ReflectionFailed(DomainEvent):
+    event_type: ClassVar[str] = "ReflectionFailed"
+
+    cycle_id: str
+    mode: Literal["buffered", "sync"]
+    error: str
+    observation_tokens: int
+    levels_tried: list[int] = []
+    failed_at: str
+
+
+class ReflectionStale(DomainEvent):
+    event_type: ClassVar[str] = "ReflectionStale"
+
+    cycle_id: str
+    reason: str
+    at: str
+
+
+# --- metadata ---------------------------------------------------------------------------------------------
+
+
+class ThreadTitleChanged(DomainEvent):
+    event_type: ClassVar[str] = "ThreadTitleChanged"
+
+    thread_id: str
+    old_title: str | None
+    new_title: str
+    cycle_id: str
+    at: str
+
+
+class ValuesExtracted(DomainEvent):
+    event_type: ClassVar[str] = "ValuesExtracted"
+
+    cycle_id: str
+    values: JSONDict
+    failures: JSONDict = {}
+    at: str
+
+
+class ContextReturnedOverBudget(DomainEvent):
+    """failurePolicy ``continue``: a context was returned over blockAfter because observation failed."""
+
+    event_type: ClassVar[str] = "ContextReturnedOverBudget"
+
+    pending_tokens: int
+    block_after_tokens: int
+    reason: str
+    at: str
+
+
+EVENT_CLASSES: dict[str, type[DomainEvent]] = {
+    cls.event_type: cls
+    for cls in (
+        ThreadConfigured,
+        MessageAppended,
+        TemporalMarkerInserted,
+        ObservationBufferRequested,
+        ObservationBufferStarted,
+        ObservationBufferCompleted,
+        ObservationBufferFailed,
+        ObservationBufferStale,
+        ChunksActivated,
+        SyncObservationStarted,
+        SyncObservationCompleted,
+        SyncObservationFailed,
+        SyncObservationStale,
+        ReflectionRequested,
+        ReflectionBuffered,
+        ReflectionActivated,
+        ReflectionCompleted,
+        ReflectionFailed,
+        ReflectionStale,
+        ThreadTitleChanged,
+        ValuesExtracted,
+        ContextReturnedOverBudget,
+    )
+}
+
+
+class UnknownEventTypeError(ValueError):
+    def __init__(self, event_type: str) -> None:
+        super().__init__(f"unknown event type {event_type!r}")
+        self.event_type = event_type
+
+
+def to_new_event(
+    event: DomainEvent, *, metadata: JSONDict | None = None, event_id: uuid.UUID | None = None
+) -> NewEvent:
+    return NewEvent(
+        event_type=event.event_type,
+        data=event.model_dump(mode="json"),
+        metadata=dict(metadata or {}),
+        event_id=event_id or uuid.uuid4(),
+        schema_version=event.schema_version,
+    )
+
+
+def from_recorded(recorded: RecordedEvent) -> DomainEvent:
+    return decode_event(recorded.event_type, recorded.data)
+
+
+def decode_event(event_type: str, data: dict[str, Any]) -> DomainEvent:
+    cls = EVENT_CLASSES.get(event_type)
+    if cls is None:
+        raise UnknownEventTypeError(event_type)
+    return cls.model_validate(data)
+
+
+def effect_event_id(stream_id: str, cycle_id: str, effect: str) -> uuid.UUID:
+    """A deterministic event id for the outcome of a cycle.
+
+    Two deliveries of the same task compute the same id, so the store rejects the second outcome as a
+    duplicate instead of applying it twice.
+    """
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"om:{stream_id}:{cycle_id}:{effect}")

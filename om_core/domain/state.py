@@ -1,0 +1,710 @@
+"""The record state (the context-window read model) and the pure fold that builds it from events.
+
+The state only holds what the context window needs: the unobserved messages, the buffered chunks, the
+current generation's observation log and the bookkeeping of work in flight. Its size is bounded by the
+thresholds, not by the length of the conversation, so reading it stays flat as streams grow.
+
+``fold`` is total over valid histories and strict about invalid ones: an event that does not line up with
+the state (a chunk that skips messages, an activation of chunks that are not there) raises
+``InvariantViolation`` rather than producing a silently wrong window. Results are validated by the
+application layer before they are recorded, so a recorded stream always folds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from om_core.domain.events import (
+    ChunksActivated,
+    ContextReturnedOverBudget,
+    DomainEvent,
+    MessageAppended,
+    ObservationBufferCompleted,
+    ObservationBufferFailed,
+    ObservationBufferRequested,
+    ObservationBufferStale,
+    ObservationBufferStarted,
+    ReflectionActivated,
+    ReflectionBuffered,
+    ReflectionCompleted,
+    ReflectionFailed,
+    ReflectionRequested,
+    ReflectionStale,
+    SyncObservationCompleted,
+    SyncObservationFailed,
+    SyncObservationStale,
+    SyncObservationStarted,
+    TemporalMarkerInserted,
+    ThreadConfigured,
+    ThreadTitleChanged,
+    ValuesExtracted,
+)
+
+CONVERSATION_OVERHEAD_TOKENS = 24
+
+
+class InvariantViolation(Exception):
+    """An event cannot be applied to the state it was folded onto."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class WindowMessage(_Model):
+    seq: int
+    message_id: str
+    kind: Literal["message", "marker"] = "message"
+    role: str
+    thread_id: str | None
+    tokens: int
+    created_at: str
+    model: str | None = None
+    message: dict[str, Any]
+
+
+class Chunk(_Model):
+    cycle_id: str
+    from_seq: int
+    to_seq: int
+    message_ids: list[str]
+    message_tokens: int
+    observations: str
+    observation_tokens: int
+    last_observed_at: str
+    current_task: str | None = None
+    suggested_response: str | None = None
+
+
+class LogSegment(_Model):
+    """One block of the observation log. Blocks are never edited, so earlier ones stay byte-stable."""
+
+    text: str
+    tokens: int
+    kind: Literal["activation", "sync", "reflection", "carried"]
+    boundary_at: str | None = None
+    cycle_ids: list[str] = []
+
+
+class BufferInFlight(_Model):
+    cycle_id: str
+    from_seq: int
+    to_seq: int
+    message_tokens: int
+    requested_at: str
+    started: bool = False
+
+
+class SyncInFlight(_Model):
+    cycle_id: str
+    from_seq: int
+    to_seq: int
+    message_tokens: int
+    started_at: str
+
+
+class ReflectionInFlight(_Model):
+    cycle_id: str
+    mode: Literal["buffered", "sync"]
+    generation: int
+    line_count: int
+    input_tokens: int
+    target_tokens: int
+    requested_at: str
+
+
+class BufferedReflection(_Model):
+    cycle_id: str
+    generation: int
+    line_count: int
+    input_tokens: int
+    text: str
+    tokens: int
+
+
+class GenerationInfo(_Model):
+    generation: int
+    started_at_version: int
+    observation_tokens_at_start: int
+    cycle_id: str | None = None
+
+
+class RecordStats(_Model):
+    messages: int = 0
+    observer_calls: int = 0
+    observer_failures: int = 0
+    reflector_calls: int = 0
+    reflector_failures: int = 0
+    buffered_chunks: int = 0
+    stale_results: int = 0
+    activations: int = 0
+    chunks_activated: int = 0
+    sync_observations: int = 0
+    reflections: int = 0
+    messages_observed_tokens: int = 0
+    observations_written_tokens: int = 0
+    over_budget_returns: int = 0
+
+
+class RecordState(_Model):
+    stream_id: str
+    version: int = 0
+    thread_id: str | None = None
+    resource_id: str | None = None
+    title: str | None = None
+    thread_metadata: dict[str, Any] = {}
+    config_overrides: dict[str, Any] = {}
+
+    next_seq: int = 1
+    observed_seq: int = 0
+    last_observed_at: str | None = None
+    window: list[WindowMessage] = []
+    chunks: list[Chunk] = []
+    buffer_in_flight: BufferInFlight | None = None
+    last_buffer_boundary: int = 0
+    # after a failed background run, wait for new messages before asking again (no hot retry loop)
+    buffer_retry_after_pending: int | None = None
+    sync_in_flight: SyncInFlight | None = None
+
+    log: list[LogSegment] = []
+    observation_tokens: int = 0
+    generation: int = 0
+    generations: list[GenerationInfo] = Field(
+        default_factory=lambda: [
+            GenerationInfo(generation=0, started_at_version=0, observation_tokens_at_start=0)
+        ]
+    )
+    reflection_in_flight: ReflectionInFlight | None = None
+    buffered_reflection: BufferedReflection | None = None
+    reflection_suppressed_at: int | None = None
+    reflection_retry_after_tokens: int | None = None
+
+    current_task: str | None = None
+    suggested_response: str | None = None
+    extracted: dict[str, Any] = {}
+
+    last_message_at: str | None = None
+    last_assistant_at: str | None = None
+    last_assistant_model: str | None = None
+    stats: RecordStats = RecordStats()
+
+    # --- derived quantities (pure reads) -------------------------------------------------------------
+
+    @property
+    def pending_tokens(self) -> int:
+        """P: tokens of the unobserved messages still in the window, with the conversation overhead."""
+        if not self.window:
+            return 0
+        return CONVERSATION_OVERHEAD_TOKENS + sum(m.tokens for m in self.window)
+
+    @property
+    def last_seq(self) -> int:
+        return self.next_seq - 1
+
+    @property
+    def buffered_through_seq(self) -> int:
+        """The newest message covered by a chunk or by a buffer run in flight."""
+        through = self.observed_seq
+        if self.chunks:
+            through = max(through, self.chunks[-1].to_seq)
+        if self.buffer_in_flight is not None:
+            through = max(through, self.buffer_in_flight.to_seq)
+        return through
+
+    @property
+    def unbuffered_messages(self) -> list[WindowMessage]:
+        through = self.buffered_through_seq
+        return [m for m in self.window if m.seq > through]
+
+    @property
+    def chunk_message_tokens(self) -> int:
+        return sum(c.message_tokens for c in self.chunks)
+
+    @property
+    def chunk_observation_tokens(self) -> int:
+        return sum(c.observation_tokens for c in self.chunks)
+
+    def log_lines(self) -> list[str]:
+        lines: list[str] = []
+        for segment in self.log:
+            lines.extend(segment.text.split("\n"))
+        return lines
+
+    def log_text(self) -> str:
+        return "\n".join(segment.text for segment in self.log)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RecordState:
+        return cls.model_validate(data)
+
+
+def initial_state(stream_id: str) -> RecordState:
+    return RecordState(stream_id=stream_id)
+
+
+def fold(state: RecordState, events: Iterable[DomainEvent], *, version: int | None = None) -> RecordState:
+    """Apply ``events`` in order to a copy of ``state``; the input is never modified."""
+    new = state.model_copy(deep=True)
+    for event in events:
+        new.version += 1
+        _apply(new, event)
+    if version is not None:
+        new.version = version
+    return new
+
+
+def apply(state: RecordState, event: DomainEvent) -> RecordState:
+    return fold(state, [event])
+
+
+# --- the transitions --------------------------------------------------------------------------------------
+
+
+def _apply(s: RecordState, e: DomainEvent) -> None:
+    handler = _HANDLERS.get(type(e))
+    if handler is None:
+        raise InvariantViolation(f"no transition for event type {e.event_type}")
+    handler(s, e)
+
+
+def _thread_configured(s: RecordState, e: ThreadConfigured) -> None:
+    if s.thread_id is None:
+        s.thread_id = e.thread_id
+    if e.resource_id is not None:
+        s.resource_id = e.resource_id
+    if e.title is not None:
+        s.title = e.title
+    if e.metadata is not None:
+        s.thread_metadata = dict(e.metadata)
+    if e.config is not None:
+        s.config_overrides = dict(e.config)
+
+
+def _expect_seq(s: RecordState, seq: int, what: str) -> None:
+    if seq != s.next_seq:
+        raise InvariantViolation(f"{what} has seq {seq}, expected {s.next_seq}")
+
+
+def _message_appended(s: RecordState, e: MessageAppended) -> None:
+    _expect_seq(s, e.seq, f"message {e.message_id!r}")
+    s.window.append(
+        WindowMessage(
+            seq=e.seq,
+            message_id=e.message_id,
+            role=e.role,
+            thread_id=e.thread_id,
+            tokens=e.tokens,
+            created_at=e.created_at,
+            model=e.model,
+            message=e.message,
+        )
+    )
+    s.next_seq += 1
+    s.stats.messages += 1
+    s.last_message_at = e.created_at
+    if e.resource_id is not None and s.resource_id is None:
+        s.resource_id = e.resource_id
+    if e.role == "assistant":
+        s.last_assistant_at = _last_activity_at(e.message, e.created_at)
+        if e.model:
+            s.last_assistant_model = e.model
+
+
+def _last_activity_at(message: dict[str, Any], created_at: str) -> str:
+    """The time of the last non-data part: trailing ``data-*`` parts are not assistant activity."""
+    for part in reversed(message.get("parts", [])):
+        if not isinstance(part, dict) or str(part.get("type", "")).startswith("data-"):
+            continue
+        part_time = part.get("createdAt")
+        return part_time if isinstance(part_time, str) else created_at
+    return created_at
+
+
+def _temporal_marker(s: RecordState, e: TemporalMarkerInserted) -> None:
+    _expect_seq(s, e.seq, f"temporal marker {e.marker_id!r}")
+    s.window.append(
+        WindowMessage(
+            seq=e.seq,
+            message_id=e.marker_id,
+            kind="marker",
+            role="system",
+            thread_id=e.thread_id,
+            tokens=e.tokens,
+            created_at=e.created_at,
+            message={
+                "id": e.marker_id,
+                "role": "system",
+                "parts": [{"type": "text", "text": e.text}],
+                "createdAt": e.created_at,
+            },
+        )
+    )
+    s.next_seq += 1
+
+
+def _buffer_requested(s: RecordState, e: ObservationBufferRequested) -> None:
+    if s.buffer_in_flight is not None:
+        raise InvariantViolation(f"buffer {e.cycle_id} requested while {s.buffer_in_flight.cycle_id} runs")
+    if e.from_seq != s.buffered_through_seq + 1 or e.to_seq < e.from_seq or e.to_seq > s.last_seq:
+        raise InvariantViolation(
+            f"buffer {e.cycle_id} range {e.from_seq}..{e.to_seq} does not start after "
+            f"seq {s.buffered_through_seq} or ends beyond {s.last_seq}"
+        )
+    s.buffer_in_flight = BufferInFlight(
+        cycle_id=e.cycle_id,
+        from_seq=e.from_seq,
+        to_seq=e.to_seq,
+        message_tokens=e.message_tokens,
+        requested_at=e.requested_at,
+    )
+    s.last_buffer_boundary = e.pending_tokens
+
+
+def _require_buffer(s: RecordState, cycle_id: str) -> BufferInFlight:
+    if s.buffer_in_flight is None or s.buffer_in_flight.cycle_id != cycle_id:
+        raise InvariantViolation(f"buffer cycle {cycle_id} is not in flight")
+    return s.buffer_in_flight
+
+
+def _buffer_started(s: RecordState, e: ObservationBufferStarted) -> None:
+    _require_buffer(s, e.cycle_id).started = True
+
+
+def _buffer_completed(s: RecordState, e: ObservationBufferCompleted) -> None:
+    flight = _require_buffer(s, e.cycle_id)
+    if (e.from_seq, e.to_seq) != (flight.from_seq, flight.to_seq):
+        raise InvariantViolation(f"chunk {e.cycle_id} covers {e.from_seq}..{e.to_seq}, not the request")
+    if e.from_seq != max(s.observed_seq, s.chunks[-1].to_seq if s.chunks else 0) + 1:
+        raise InvariantViolation(f"chunk {e.cycle_id} does not follow the previous chunk")
+    s.buffer_in_flight = None
+    s.buffer_retry_after_pending = None
+    s.stats.observer_calls += e.usage.calls
+    if not e.observations.strip():
+        # an empty Observer answer leaves the messages unbuffered; they are offered again
+        return
+    s.chunks.append(
+        Chunk(
+            cycle_id=e.cycle_id,
+            from_seq=e.from_seq,
+            to_seq=e.to_seq,
+            message_ids=list(e.message_ids),
+            message_tokens=e.message_tokens,
+            observations=e.observations,
+            observation_tokens=e.observation_tokens,
+            last_observed_at=e.last_observed_at,
+            current_task=e.current_task,
+            suggested_response=e.suggested_response,
+        )
+    )
+    s.stats.buffered_chunks += 1
+    _merge_extracted(s, e.extracted)
+
+
+def _buffer_failed(s: RecordState, e: ObservationBufferFailed) -> None:
+    _require_buffer(s, e.cycle_id)
+    s.buffer_in_flight = None
+    s.buffer_retry_after_pending = s.pending_tokens
+    s.stats.observer_calls += e.attempts
+    s.stats.observer_failures += 1
+
+
+def _buffer_stale(s: RecordState, e: ObservationBufferStale) -> None:
+    if s.buffer_in_flight is not None and s.buffer_in_flight.cycle_id == e.cycle_id:
+        s.buffer_in_flight = None
+    s.stats.stale_results += 1
+
+
+def _drop_window_through(s: RecordState, through_seq: int) -> None:
+    s.window = [m for m in s.window if m.seq > through_seq]
+
+
+def _chunks_activated(s: RecordState, e: ChunksActivated) -> None:
+    count = len(e.cycle_ids)
+    prefix = s.chunks[:count]
+    if count == 0 or [c.cycle_id for c in prefix] != e.cycle_ids:
+        raise InvariantViolation(f"activation of {e.cycle_ids} is not a prefix of the buffered chunks")
+    if prefix[-1].to_seq != e.through_seq:
+        raise InvariantViolation("activation cursor does not match the last activated chunk")
+    text = "\n\n".join(c.observations.strip("\n") for c in prefix)
+    s.log.append(
+        LogSegment(
+            text=text,
+            tokens=sum(c.observation_tokens for c in prefix),
+            kind="activation",
+            boundary_at=prefix[-1].last_observed_at,
+            cycle_ids=list(e.cycle_ids),
+        )
+    )
+    s.observation_tokens += sum(c.observation_tokens for c in prefix)
+    s.chunks = s.chunks[count:]
+    _advance_cursor(s, e.through_seq, prefix[-1].last_observed_at)
+    # hints survive activation: the newest activated chunk that has one sets it, else the record keeps its own
+    task = next((c.current_task for c in reversed(prefix) if c.current_task), None)
+    suggestion = next((c.suggested_response for c in reversed(prefix) if c.suggested_response), None)
+    if task:
+        s.current_task = task
+    if suggestion:
+        s.suggested_response = suggestion
+    s.last_buffer_boundary = 0
+    s.stats.activations += 1
+    s.stats.chunks_activated += count
+    s.stats.messages_observed_tokens += e.message_tokens
+    s.stats.observations_written_tokens += sum(c.observation_tokens for c in prefix)
+
+
+def _advance_cursor(s: RecordState, through_seq: int, observed_at: str | None) -> None:
+    if through_seq < s.observed_seq:
+        raise InvariantViolation(f"cursor would move backwards from {s.observed_seq} to {through_seq}")
+    s.observed_seq = through_seq
+    _drop_window_through(s, through_seq)
+    if observed_at is not None and (s.last_observed_at is None or observed_at > s.last_observed_at):
+        s.last_observed_at = observed_at
+
+
+def _sync_started(s: RecordState, e: SyncObservationStarted) -> None:
+    if s.sync_in_flight is not None:
+        raise InvariantViolation(f"sync observation {e.cycle_id} started while another runs")
+    if e.from_seq != s.observed_seq + 1 or s.chunks:
+        raise InvariantViolation("sync observation must start right after the cursor with no chunks left")
+    s.sync_in_flight = SyncInFlight(
+        cycle_id=e.cycle_id,
+        from_seq=e.from_seq,
+        to_seq=e.to_seq,
+        message_tokens=e.message_tokens,
+        started_at=e.started_at,
+    )
+    # a background run over the same messages can no longer be applied: it is superseded
+    s.buffer_in_flight = None
+
+
+def _require_sync(s: RecordState, cycle_id: str) -> SyncInFlight:
+    if s.sync_in_flight is None or s.sync_in_flight.cycle_id != cycle_id:
+        raise InvariantViolation(f"sync observation {cycle_id} is not in flight")
+    return s.sync_in_flight
+
+
+def _sync_completed(s: RecordState, e: SyncObservationCompleted) -> None:
+    flight = _require_sync(s, e.cycle_id)
+    if (e.from_seq, e.to_seq) != (flight.from_seq, flight.to_seq) or e.from_seq != s.observed_seq + 1:
+        raise InvariantViolation(f"sync observation {e.cycle_id} does not cover its requested range")
+    s.sync_in_flight = None
+    s.stats.observer_calls += e.usage.calls
+    if e.observations.strip():
+        s.log.append(
+            LogSegment(
+                text=e.observations.strip("\n"),
+                tokens=e.observation_tokens,
+                kind="sync",
+                boundary_at=e.last_observed_at,
+                cycle_ids=[e.cycle_id],
+            )
+        )
+        s.observation_tokens += e.observation_tokens
+    s.chunks = [c for c in s.chunks if c.to_seq > e.to_seq]
+    _advance_cursor(s, e.to_seq, e.last_observed_at)
+    if e.current_task:
+        s.current_task = e.current_task
+    if e.suggested_response:
+        s.suggested_response = e.suggested_response
+    _merge_extracted(s, e.extracted)
+    s.last_buffer_boundary = 0
+    s.stats.sync_observations += 1
+    s.stats.messages_observed_tokens += e.message_tokens
+    s.stats.observations_written_tokens += e.observation_tokens
+
+
+def _sync_failed(s: RecordState, e: SyncObservationFailed) -> None:
+    _require_sync(s, e.cycle_id)
+    s.sync_in_flight = None
+    s.stats.observer_calls += e.attempts
+    s.stats.observer_failures += 1
+
+
+def _sync_stale(s: RecordState, e: SyncObservationStale) -> None:
+    if s.sync_in_flight is not None and s.sync_in_flight.cycle_id == e.cycle_id:
+        s.sync_in_flight = None
+    s.stats.stale_results += 1
+
+
+def _reflection_requested(s: RecordState, e: ReflectionRequested) -> None:
+    running = s.reflection_in_flight
+    # a synchronous reflection supersedes a background one; its result will be recorded as stale
+    if running is not None and not (e.mode == "sync" and running.mode == "buffered"):
+        raise InvariantViolation(f"reflection {e.cycle_id} requested while {running.cycle_id} runs")
+    if e.generation != s.generation or not 0 < e.line_count <= len(s.log_lines()):
+        raise InvariantViolation(f"reflection {e.cycle_id} does not match the current log")
+    s.reflection_in_flight = ReflectionInFlight(
+        cycle_id=e.cycle_id,
+        mode=e.mode,
+        generation=e.generation,
+        line_count=e.line_count,
+        input_tokens=e.input_tokens,
+        target_tokens=e.target_tokens,
+        requested_at=e.requested_at,
+    )
+
+
+def _require_reflection(s: RecordState, cycle_id: str) -> ReflectionInFlight:
+    if s.reflection_in_flight is None or s.reflection_in_flight.cycle_id != cycle_id:
+        raise InvariantViolation(f"reflection {cycle_id} is not in flight")
+    return s.reflection_in_flight
+
+
+def _reflection_buffered(s: RecordState, e: ReflectionBuffered) -> None:
+    flight = _require_reflection(s, e.cycle_id)
+    if flight.generation != s.generation or e.line_count != flight.line_count:
+        raise InvariantViolation(f"buffered reflection {e.cycle_id} belongs to another generation")
+    s.reflection_in_flight = None
+    s.reflection_retry_after_tokens = None
+    s.stats.reflector_calls += e.usage.calls
+    s.buffered_reflection = BufferedReflection(
+        cycle_id=e.cycle_id,
+        generation=e.generation,
+        line_count=e.line_count,
+        input_tokens=e.input_tokens,
+        text=e.text,
+        tokens=e.tokens,
+    )
+
+
+def _start_generation(
+    s: RecordState, *, text: str, tokens: int, line_count: int, total_tokens: int, cycle_id: str
+) -> None:
+    """Replace the first ``line_count`` log lines by ``text``; lines written after the slice are kept."""
+    kept: list[LogSegment] = []
+    remaining = line_count
+    for segment in s.log:
+        lines = segment.text.split("\n")
+        if remaining >= len(lines):
+            remaining -= len(lines)
+            continue
+        if remaining > 0:
+            kept.append(
+                LogSegment(
+                    text="\n".join(lines[remaining:]),
+                    tokens=0,
+                    kind="carried",
+                    boundary_at=segment.boundary_at,
+                    cycle_ids=segment.cycle_ids,
+                )
+            )
+            remaining = 0
+        else:
+            kept.append(segment)
+    # the only segment whose size the fold cannot know is a partially carried one: it gets what is left
+    known = tokens + sum(seg.tokens for seg in kept)
+    for seg in kept:
+        if seg.kind == "carried" and seg.tokens == 0:
+            seg.tokens = max(0, total_tokens - known)
+    s.log = [LogSegment(text=text, tokens=tokens, kind="reflection", cycle_ids=[cycle_id]), *kept]
+    s.observation_tokens = total_tokens
+    s.generation += 1
+    s.generations.append(
+        GenerationInfo(
+            generation=s.generation,
+            started_at_version=s.version,
+            observation_tokens_at_start=total_tokens,
+            cycle_id=cycle_id,
+        )
+    )
+    s.buffered_reflection = None
+    s.stats.reflections += 1
+
+
+def _reflection_activated(s: RecordState, e: ReflectionActivated) -> None:
+    buffered = s.buffered_reflection
+    if buffered is None or buffered.cycle_id != e.cycle_id or buffered.generation != s.generation:
+        raise InvariantViolation(f"no buffered reflection {e.cycle_id} to activate")
+    if e.new_generation != s.generation + 1:
+        raise InvariantViolation(f"reflection {e.cycle_id} would start generation {e.new_generation}")
+    _start_generation(
+        s,
+        text=buffered.text,
+        tokens=buffered.tokens,
+        line_count=buffered.line_count,
+        total_tokens=e.observation_tokens,
+        cycle_id=e.cycle_id,
+    )
+
+
+def _reflection_completed(s: RecordState, e: ReflectionCompleted) -> None:
+    flight = _require_reflection(s, e.cycle_id)
+    if flight.generation != s.generation or e.new_generation != s.generation + 1:
+        raise InvariantViolation(f"reflection {e.cycle_id} was computed on another generation")
+    s.reflection_in_flight = None
+    s.stats.reflector_calls += e.usage.calls
+    _start_generation(
+        s,
+        text=e.text,
+        tokens=e.tokens,
+        line_count=e.line_count,
+        total_tokens=e.observation_tokens,
+        cycle_id=e.cycle_id,
+    )
+    s.reflection_suppressed_at = s.observation_tokens if e.over_target else None
+
+
+def _reflection_failed(s: RecordState, e: ReflectionFailed) -> None:
+    _require_reflection(s, e.cycle_id)
+    s.reflection_in_flight = None
+    s.stats.reflector_calls += max(1, len(e.levels_tried))
+    s.stats.reflector_failures += 1
+    if e.mode == "sync":
+        s.reflection_suppressed_at = e.observation_tokens
+    else:
+        s.reflection_retry_after_tokens = e.observation_tokens
+
+
+def _reflection_stale(s: RecordState, e: ReflectionStale) -> None:
+    if s.reflection_in_flight is not None and s.reflection_in_flight.cycle_id == e.cycle_id:
+        s.reflection_in_flight = None
+    s.stats.stale_results += 1
+
+
+def _title_changed(s: RecordState, e: ThreadTitleChanged) -> None:
+    s.title = e.new_title
+
+
+def _values_extracted(s: RecordState, e: ValuesExtracted) -> None:
+    _merge_extracted(s, e.values)
+
+
+def _merge_extracted(s: RecordState, values: dict[str, Any]) -> None:
+    if values:
+        s.extracted = {**s.extracted, **values}
+
+
+def _over_budget(s: RecordState, e: ContextReturnedOverBudget) -> None:
+    s.stats.over_budget_returns += 1
+
+
+_HANDLERS: dict[type[DomainEvent], Any] = {
+    ThreadConfigured: _thread_configured,
+    MessageAppended: _message_appended,
+    TemporalMarkerInserted: _temporal_marker,
+    ObservationBufferRequested: _buffer_requested,
+    ObservationBufferStarted: _buffer_started,
+    ObservationBufferCompleted: _buffer_completed,
+    ObservationBufferFailed: _buffer_failed,
+    ObservationBufferStale: _buffer_stale,
+    ChunksActivated: _chunks_activated,
+    SyncObservationStarted: _sync_started,
+    SyncObservationCompleted: _sync_completed,
+    SyncObservationFailed: _sync_failed,
+    SyncObservationStale: _sync_stale,
+    ReflectionRequested: _reflection_requested,
+    ReflectionBuffered: _reflection_buffered,
+    ReflectionActivated: _reflection_activated,
+    ReflectionCompleted: _reflection_completed,
+    ReflectionFailed: _reflection_failed,
+    ReflectionStale: _reflection_stale,
+    ThreadTitleChanged: _title_changed,
+    ValuesExtracted: _values_extracted,
+    ContextReturnedOverBudget: _over_budget,
+}

@@ -37,6 +37,8 @@ class ImagePart:
     height: int | None = None
     size_bytes: int | None = None
     token_estimate: int | None = None
+    # Gemini 3 prices an image by the requested resolution (low/medium/high/ultra_high), not by its size
+    media_resolution: str | None = None
     type: Literal["image"] = "image"
     created_at: datetime | None = None
 
@@ -60,6 +62,8 @@ class ToolInvocationPart:
     args: Any = None
     result: Any = None
     error: str | None = None
+    # AI SDK v5 human-in-the-loop approval ``{id, approved, reason}``: the reason reaches the model
+    approval: dict[str, Any] | None = None
     type: Literal["tool-invocation"] = "tool-invocation"
     created_at: datetime | None = None
 

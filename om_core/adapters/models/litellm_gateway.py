@@ -1,0 +1,301 @@
+"""The model gateway: every Observer, Reflector and extractor call goes through litellm.
+
+litellm is imported on the first call, not with this module: it takes seconds to import and the CLI and the
+API's hot path never need it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from om_core.adapters.models.model_ids import (
+    OM_LOCAL_PROVIDER,
+    PROVIDERS,
+    api_key_from_env,
+    check_model_credentials,
+    provider_of,
+    to_litellm_model,
+)
+from om_core.adapters.models.om_local import register_om_local
+from om_core.application.ports import (
+    ModelConfigurationError,
+    ModelGateway,
+    ModelRequest,
+    ModelResponse,
+    ModelUsage,
+    PermanentModelError,
+    TransientModelError,
+)
+
+__all__ = [
+    "MODEL_SETTINGS",
+    "LiteLLMGateway",
+    "RetryPolicy",
+    "check_model_credentials",
+    "completion_kwargs",
+    "is_transient",
+    "load_litellm",
+]
+
+# Mastra ``modelSettings`` (AI SDK call settings) → litellm completion parameters; snake_case accepted too.
+MODEL_SETTINGS: Mapping[str, str] = {
+    "temperature": "temperature",
+    "maxOutputTokens": "max_tokens",
+    "maxTokens": "max_tokens",
+    "topP": "top_p",
+    "topK": "top_k",
+    "presencePenalty": "presence_penalty",
+    "frequencyPenalty": "frequency_penalty",
+    "stopSequences": "stop",
+    "seed": "seed",
+    "headers": "extra_headers",
+}
+_RETRY_SETTING = "maxRetries"
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+
+
+_SETTING_ALIASES: Mapping[str, str] = {
+    **{key: key for key in (*MODEL_SETTINGS, _RETRY_SETTING)},
+    **{_snake(key): key for key in (*MODEL_SETTINGS, _RETRY_SETTING)},
+}
+
+_RETRYABLE_STATUS = frozenset({408, 425, 429})
+_NETWORK_MESSAGES = re.compile(
+    r"ECONNRESET|ECONNREFUSED|ETIMEDOUT|EPIPE|connection (reset|refused|aborted|error)|timed? ?out|"
+    r"fetch failed|terminated|socket hang up|UND_ERR_",
+    re.I,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Exponential backoff with jitter for transient failures; Mastra's defaults (9 attempts, 1 s → 120 s)."""
+
+    max_retries: int = 8
+    initial_delay_s: float = 1.0
+    max_delay_s: float = 120.0
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be ≥ 0, got {self.max_retries}")
+        if self.initial_delay_s < 0 or self.max_delay_s < self.initial_delay_s:
+            raise ValueError("delays must satisfy 0 ≤ initial_delay_s ≤ max_delay_s")
+        if not 0 <= self.jitter < 1:
+            raise ValueError(f"jitter must be within [0, 1), got {self.jitter}")
+
+    def delay_s(self, retry: int, rng: random.Random) -> float:
+        """The wait before retry number ``retry`` (1-based)."""
+        base = min(self.max_delay_s, self.initial_delay_s * 2.0 ** (retry - 1))
+        return max(0.0, base * (1 + self.jitter * rng.uniform(-1, 1)))
+
+
+_load_lock = threading.Lock()
+
+
+@functools.cache
+def _import_litellm() -> ModuleType:
+    # Without a local cost map litellm fetches one over the network at import and waits on retries offline.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_LOG", "ERROR")
+    import litellm
+
+    litellm.telemetry = False
+    litellm.suppress_debug_info = True
+    # Prompts hold users' conversations: keep them out of whatever logging callbacks get configured.
+    litellm.turn_off_message_logging = True
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    register_om_local(litellm)
+    return litellm
+
+
+def load_litellm() -> ModuleType:
+    """litellm, imported once per process, quiet, with the om-local provider registered."""
+    with _load_lock:
+        return _import_litellm()
+
+
+def _translate_provider_options(provider: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    def snake_keys(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {_snake(str(k)): snake_keys(v) for k, v in value.items()}
+        return value
+
+    translated: dict[str, Any] = snake_keys(options)
+    # Google's thinking budget is litellm's provider-neutral ``thinking`` parameter.
+    thinking_config = translated.pop("thinking_config", None) if provider == "google" else None
+    if isinstance(thinking_config, Mapping) and "thinking_budget" in thinking_config:
+        translated["thinking"] = {"type": "enabled", "budget_tokens": thinking_config["thinking_budget"]}
+    return translated
+
+
+def _schema_name(schema: Mapping[str, Any]) -> str:
+    title = re.sub(r"[^A-Za-z0-9_-]+", "_", str(schema.get("title", ""))).strip("_")[:64]
+    return title or "extraction"
+
+
+def completion_kwargs(request: ModelRequest) -> tuple[dict[str, Any], int | None]:
+    """litellm ``completion`` arguments for ``request`` and its ``maxRetries`` override, if any.
+
+    Only the provider's own entry of ``providerOptions`` is sent, as the AI SDK does. Raises
+    ModelConfigurationError for an unusable model id or an unknown model setting.
+    """
+    provider = provider_of(request.model)
+    kwargs: dict[str, Any] = {"model": to_litellm_model(request.model), "messages": request.messages}
+    max_retries: int | None = None
+    for key, value in request.settings.items():
+        canonical = _SETTING_ALIASES.get(key)
+        if canonical is None:
+            raise ModelConfigurationError(
+                f"modelSettings.{key} is not supported; supported: {', '.join(sorted(MODEL_SETTINGS))}, "
+                f"{_RETRY_SETTING}"
+            )
+        if canonical == _RETRY_SETTING:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ModelConfigurationError(f"modelSettings.{key} must be an integer ≥ 0, got {value!r}")
+            max_retries = value
+        elif value is not None:
+            kwargs[MODEL_SETTINGS[canonical]] = value
+    options_key = PROVIDERS[provider].options_key
+    options = request.provider_options.get(options_key, request.provider_options.get(_snake(options_key)))
+    if options is not None and not isinstance(options, Mapping):
+        raise ModelConfigurationError(f"providerOptions.{options_key} must be an object, got {options!r}")
+    if provider == OM_LOCAL_PROVIDER:
+        kwargs["omLocal"] = dict(options or {})
+    elif options:
+        kwargs.update(_translate_provider_options(provider, options))
+    if request.response_schema is not None:
+        kwargs["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": _schema_name(request.response_schema), "schema": request.response_schema},
+        }
+    return kwargs, max_retries
+
+
+def _status_of(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        return status
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Retryable: HTTP 408/425/429/5xx, timeouts, dropped or refused connections; not other 4xx."""
+    litellm = load_litellm()
+    # litellm reports missing credentials and dead connections alike as APIConnectionError (status 500).
+    if isinstance(exc, litellm.Timeout | litellm.APIConnectionError | TimeoutError | ConnectionError):
+        return True
+    status = _status_of(exc)
+    if status is not None:
+        return status in _RETRYABLE_STATUS or status >= 500
+    return bool(_NETWORK_MESSAGES.search(str(exc)))
+
+
+class LiteLLMGateway(ModelGateway):
+    """Runs model calls through litellm with bounded retries; reports usage, cost, latency and attempts.
+
+    ``latency_ms`` covers the whole call including retries and backoff: it is what the caller waited.
+    """
+
+    def __init__(
+        self,
+        retry_policy: RetryPolicy | None = None,
+        *,
+        timeout_s: float = 600.0,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._retry = retry_policy or RetryPolicy()
+        self._timeout_s = timeout_s
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._environ = environ
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        kwargs, retries_override = completion_kwargs(request)
+        provider = provider_of(request.model)
+        # Checked here rather than left to litellm, which reports some missing keys as retryable errors.
+        check_model_credentials([request.model], self._environ)
+        api_key = api_key_from_env(provider, self._environ)
+        if api_key is not None:
+            kwargs["api_key"] = api_key
+        litellm = load_litellm()
+        max_retries = self._retry.max_retries if retries_override is None else retries_override
+        started = time.perf_counter()
+        attempt = 0
+        while True:
+            attempt += 1
+            if provider == OM_LOCAL_PROVIDER:
+                kwargs["omLocal"] = {**kwargs["omLocal"], "attempt": attempt}
+            try:
+                # max_retries=0 turns off the provider SDK's own retries: this loop is the only one.
+                response = litellm.completion(
+                    **kwargs, timeout=self._timeout_s, max_retries=0, drop_params=True
+                )
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise PermanentModelError(
+                        f"{request.model}: {type(exc).__name__}: {exc}", model=request.model, attempts=attempt
+                    ) from exc
+                if attempt > max_retries:
+                    raise TransientModelError(
+                        f"{request.model}: {type(exc).__name__} after {attempt} attempt(s): {exc}",
+                        model=request.model,
+                        attempts=attempt,
+                    ) from exc
+                self._sleep(self._retry.delay_s(attempt, self._rng))
+                continue
+            return self._response(request, response, provider, kwargs["model"], attempt, started)
+
+    def _response(
+        self,
+        request: ModelRequest,
+        response: Any,
+        provider: str,
+        litellm_model: str,
+        attempts: int,
+        started: float,
+    ) -> ModelResponse:
+        choices = getattr(response, "choices", None) or []
+        message = getattr(choices[0], "message", None) if choices else None
+        text = getattr(message, "content", None) or ""
+        usage = getattr(response, "usage", None)
+        cost: float | None
+        if provider == OM_LOCAL_PROVIDER:
+            cost = 0.0
+        else:
+            try:
+                cost = float(
+                    load_litellm().completion_cost(completion_response=response, model=litellm_model)
+                )
+            except Exception:
+                # Models missing from litellm's price list have no known cost; the call itself succeeded.
+                cost = None
+        return ModelResponse(
+            text=text,
+            model=request.model,
+            usage=ModelUsage(
+                input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+                cost_usd=cost,
+            ),
+            latency_ms=(time.perf_counter() - started) * 1000,
+            attempts=attempts,
+        )

@@ -1,0 +1,66 @@
+"""The litellm handler of ``om-local/extractive``. Imports litellm: load it through ``register_om_local``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from litellm.exceptions import BadRequestError, RateLimitError, ServiceUnavailableError
+from litellm.llms.custom_llm import CustomLLM
+from litellm.types.utils import ModelResponse, Usage
+
+from om_core.adapters.models.om_local import (
+    OM_LOCAL_PROVIDER,
+    OmLocalOptions,
+    OmLocalRequestError,
+    OmLocalTransientError,
+    respond,
+)
+
+
+class OmLocalLLM(CustomLLM):
+    """Serves ``om-local/*`` completions; failures surface as litellm's own HTTP-status exceptions."""
+
+    def completion(
+        self,
+        model: str,
+        messages: list[Any],
+        api_base: str,
+        custom_prompt_dict: dict[str, Any],
+        model_response: ModelResponse,
+        print_verbose: Callable[..., Any],
+        encoding: Any,
+        api_key: Any,
+        logging_obj: Any,
+        optional_params: dict[str, Any],
+        acompletion: Any = None,
+        litellm_params: Any = None,
+        logger_fn: Any = None,
+        headers: dict[str, Any] | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        client: Any = None,
+    ) -> ModelResponse:
+        full_model = f"{OM_LOCAL_PROVIDER}/{model}"
+        try:
+            options = OmLocalOptions.from_mapping(optional_params.get("omLocal"))
+            reply = respond(messages, options, response_format=optional_params.get("response_format"))
+        except OmLocalRequestError as exc:
+            raise BadRequestError(message=str(exc), model=full_model, llm_provider=OM_LOCAL_PROVIDER) from exc
+        except OmLocalTransientError as exc:
+            if exc.status == 429:
+                raise RateLimitError(
+                    message=str(exc), llm_provider=OM_LOCAL_PROVIDER, model=full_model
+                ) from exc
+            raise ServiceUnavailableError(
+                message=str(exc), llm_provider=OM_LOCAL_PROVIDER, model=full_model
+            ) from exc
+        model_response.choices[0].message.content = reply.text
+        model_response.model = full_model
+        usage = Usage(
+            prompt_tokens=reply.input_tokens,
+            completion_tokens=reply.output_tokens,
+            total_tokens=reply.input_tokens + reply.output_tokens,
+        )
+        setattr(model_response, "usage", usage)  # noqa: B010 - Usage is not a declared field of ModelResponse
+        return model_response

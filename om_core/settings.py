@@ -1,0 +1,184 @@
+"""Process settings, read from ``OM_*`` environment variables (service.md §5), and the memory profile.
+
+The profile (``OM_PROFILE``) is a YAML or JSON file holding the default memory configuration; it is read
+and validated once, when the settings are built, so a bad profile stops the process at start-up with an
+error naming the file. A thread's own configuration layers over it (``ServerSettings.memory_config``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from om_core.domain.config import ConfigError, MemoryConfig, merge_config_layers, parse_memory_config
+
+ENV_PREFIX = "OM_"
+DATABASE_SCHEMES = frozenset({"sqlite", "postgresql", "postgresql+psycopg"})
+BROKER_SCHEMES = frozenset({"memory", "redis", "rediss"})
+_SECRET_FIELDS = frozenset({"api_keys", "flower_password"})
+_URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
+class SettingsError(ValueError):
+    """Invalid process settings; the message names each offending ``OM_*`` variable."""
+
+
+class ProfileError(ValueError):
+    """The memory profile file cannot be read or holds an invalid configuration."""
+
+    def __init__(self, path: Path, detail: str, config_error: ConfigError | None = None) -> None:
+        self.path = path
+        self.config_error = config_error
+        super().__init__(f"memory profile {path}: {detail}")
+
+
+def read_profile(path: str | Path) -> dict[str, Any]:
+    """The profile's raw options (validated), ready to be a layer of ``merge_config_layers``."""
+    profile = Path(path)
+    try:
+        text = profile.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ProfileError(profile, f"cannot be read ({error})") from error
+    try:
+        document = json.loads(text) if profile.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        kind = "JSON" if profile.suffix.lower() == ".json" else "YAML"
+        raise ProfileError(profile, f"is not valid {kind}: {error}") from error
+    if document is None:
+        return {}
+    if not isinstance(document, Mapping):
+        raise ProfileError(profile, f"must hold an object of memory options, not {type(document).__name__}")
+    try:
+        parse_memory_config(document)
+    except ConfigError as error:
+        raise ProfileError(profile, str(error), error) from error
+    return dict(document)
+
+
+def load_profile(path: str | Path) -> MemoryConfig:
+    """Read and validate a YAML or JSON memory profile; every error names the file."""
+    return parse_memory_config(read_profile(path))
+
+
+def _parse_api_keys(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    keys: dict[str, str] = {}
+    for entry in filter(None, (part.strip() for part in value.split(","))):
+        key, separator, tenant = (piece.strip() for piece in entry.partition("="))
+        if not separator or not key or not tenant:
+            raise ValueError("expected comma-separated key=tenant pairs, e.g. key1=tenantA,key2=tenantB")
+        if key in keys:
+            raise ValueError("the same key is listed twice")
+        keys[key] = tenant
+    return keys
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_scheme(url: str, allowed: frozenset[str]) -> str:
+    scheme, separator, _ = url.partition("://")
+    if not separator or scheme.lower() not in allowed:
+        raise ValueError(f"must be a URL with one of the schemes {', '.join(sorted(allowed))}")
+    return url
+
+
+class ServerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
+
+    database_url: str = "sqlite:///./.om/om.sqlite3"
+    broker_url: str = "memory://"
+    api_keys: Annotated[dict[str, str], NoDecode, BeforeValidator(_parse_api_keys)] = Field(
+        default_factory=dict, repr=False
+    )
+    auth: Literal["enabled", "disabled"] = "enabled"
+    profile: Path | None = None
+    max_message_bytes: int = Field(default=1_000_000, gt=0)
+    max_request_bytes: int = Field(default=8_000_000, gt=0)
+    sync_wait_seconds: float = Field(default=10.0, ge=0)
+    flower_user: str | None = None
+    flower_password: SecretStr | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65_535)
+
+    _profile_layer: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            raise SettingsError(_describe(error)) from None
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_scheme(cls, value: str) -> str:
+        return _check_scheme(value, DATABASE_SCHEMES)
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_scheme(cls, value: str) -> str:
+        return _check_scheme(value, BROKER_SCHEMES)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServerSettings:
+        if self.auth == "disabled" and not _is_loopback(self.host):
+            raise ValueError(f"OM_AUTH=disabled is only allowed on a loopback host; OM_HOST is {self.host!r}")
+        if self.max_request_bytes < self.max_message_bytes:
+            raise ValueError(
+                f"OM_MAX_REQUEST_BYTES ({self.max_request_bytes}) must be at least "
+                f"OM_MAX_MESSAGE_BYTES ({self.max_message_bytes})"
+            )
+        if (self.flower_user is None) != (self.flower_password is None):
+            raise ValueError("OM_FLOWER_USER and OM_FLOWER_PASSWORD must be set together")
+        if self.profile is not None:
+            try:
+                self._profile_layer = read_profile(self.profile)
+            except ProfileError as error:
+                raise ValueError(f"OM_PROFILE: {error}") from None
+        return self
+
+    @property
+    def auth_enabled(self) -> bool:
+        return self.auth == "enabled"
+
+    def memory_config(self, *overrides: Mapping[str, Any] | None) -> MemoryConfig:
+        """The profile's configuration (defaults without a profile), with ``overrides`` (e.g. a thread's
+        own ``config``) layered on top. Raises ``ConfigError`` when an override is invalid."""
+        return parse_memory_config(merge_config_layers(self._profile_layer, *overrides))
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for detail in error.errors():
+        message = str(detail["msg"]).removeprefix("Value error, ").replace("Input should be", "must be")
+        if not detail["loc"]:
+            lines.append(message)
+            continue
+        name = str(detail["loc"][0])
+        variable = ENV_PREFIX + name.upper()
+        shown = "<hidden>" if name in _SECRET_FIELDS else _URL_PASSWORD.sub(r"\1***@", str(detail["input"]))
+        lines.append(f"{variable}={shown}: {message}")
+    return "invalid settings: " + "; ".join(lines)

@@ -1,0 +1,228 @@
+import re
+from datetime import UTC, datetime
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from om_core.domain.observation_log import (
+    TruncationResult,
+    merge_thread_section,
+    message_boundary,
+    observation_group_id,
+    optimize_observations_for_context,
+    render_groups_for_context,
+    split_at_message_boundaries,
+    split_lines_for_reflection,
+    strip_group_tags,
+    truncate_previous_observations,
+    wrap_observation_group,
+)
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def prior_log(lines: int = 400) -> str:
+    out = []
+    for i in range(lines):
+        if i % 40 == 0:
+            out.append(f"Date: May {1 + i // 40}, 2023")
+        marker = "🔴" if i % 10 == 0 else "🟡"
+        out.append(f"* {marker} (10:{i % 60:02d}) observation number {i}")
+    return "\n".join(out)
+
+
+# Scenario 32
+
+
+def test_scenario_32_budget_keeps_newest_and_marks_hidden_runs() -> None:
+    text = prior_log()
+    result = truncate_previous_observations(text, 200, words)
+    assert result.was_truncated
+    assert words(result.text) <= 200
+    assert "observation number 399" in result.text
+    assert "observation number 0\n" not in result.text + "\n"
+    assert re.search(r"\[\d+ observations truncated here\]", result.text)
+    assert text.count("\n") == 409  # the stored text is untouched
+
+
+def test_false_and_none_budgets_return_full_text() -> None:
+    text = prior_log()
+    assert truncate_previous_observations(text, False, words) == TruncationResult(text, False)
+    assert truncate_previous_observations(text, None, words).text == text
+
+
+def test_zero_budget_shows_nothing() -> None:
+    assert truncate_previous_observations(prior_log(), 0, words) == TruncationResult("", True)
+    assert truncate_previous_observations("", 0, words) == TruncationResult("", False)
+
+
+def test_within_budget_untouched() -> None:
+    text = "Date: May 1, 2023\n* 🔴 (10:00) a"
+    assert truncate_previous_observations(text, 100, words) == TruncationResult(text, False)
+
+
+def test_important_lines_kept_with_their_date_headers_and_bounded_by_tail() -> None:
+    lines = ["Date: May 1, 2023", "* 🔴 (09:00) User is allergic to peanuts"]
+    lines += [f"* 🟡 (10:{i:02d}) filler {i}" for i in range(50)]
+    lines += ["Date: May 2, 2023"] + [f"* 🟡 (11:{i:02d}) recent {i}" for i in range(5)]
+    result = truncate_previous_observations("\n".join(lines), 40, words)
+    assert result.was_truncated
+    out = result.text.split("\n")
+    assert out[:3] == [
+        "Date: May 1, 2023",
+        "* 🔴 (09:00) User is allergic to peanuts",
+        "[50 observations truncated here]",
+    ]
+    assert out[-1] == "* 🟡 (11:04) recent 4"
+    assert words(result.text) <= 40
+
+
+def test_single_hidden_line_is_kept_instead_of_a_marker() -> None:
+    lines = ["* 🔴 a", "* 🟡 x", "* 🔴 b", "* 🟡 y1", "* 🟡 y2", "* 🟡 y3", "* 🟡 t1", "* 🟡 t2"]
+    result = truncate_previous_observations("\n".join(lines), 20, words)
+    assert result == TruncationResult(
+        "* 🔴 a\n* 🟡 x\n* 🔴 b\n[3 observations truncated here]\n* 🟡 t1\n* 🟡 t2", True
+    )
+
+
+def test_nothing_fits_returns_only_marker() -> None:
+    text = "\n".join(f"* 🔴 a very long observation line number {i} with many words" for i in range(10))
+    assert truncate_previous_observations(text, 6, words) == TruncationResult(
+        "[10 observations truncated here]", True
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["* 🔴 a b c", "* 🟡 d e", "* ✅ done it", "Date: May 1, 2023", "", "* 🟢 x"]),
+        max_size=80,
+    ),
+    st.integers(min_value=1, max_value=60),
+)
+def test_truncation_respects_budget_or_returns_only_marker(lines: list[str], budget: int) -> None:
+    text = "\n".join(lines)
+    result = truncate_previous_observations(text, budget, words)
+    if not result.was_truncated:
+        assert result.text == text
+    else:
+        only_marker = re.fullmatch(r"\[\d+ observations truncated here\]", result.text)
+        assert words(result.text) <= budget or only_marker
+        # a lone hidden line is shown rather than replaced, except when nothing at all fits
+        assert only_marker or "[1 observations truncated here]" not in result.text
+
+
+# Context optimisation (reference §5.5)
+
+NOW = datetime(2023, 5, 20, 12, 0, tzinfo=UTC)
+
+
+def test_optimize_drops_low_priority_and_noise() -> None:
+    text = "\n".join(
+        [
+            "Date: May 15, 2023",
+            "* 🔴 (10:00) [O12] User  likes [preference] tea -> green tea, see [docs](https://x.y)",
+            "* 🟡 (10:05) Assistant ran tools",
+            "  * -> tool output",
+            "* ✅ (10:10) [3 items collapsed] User finished setup",
+            "",
+            "",
+            "",
+            "Date: May 16, 2023",
+            "* 🟢 (11:00) minor",
+        ]
+    )
+    assert optimize_observations_for_context(text, NOW) == (
+        "Date: May 15, 2023 (5 days ago)\n"
+        "* 🔴 (10:00) User likes tea green tea, see [docs](https://x.y)\n"
+        "* ✅ (10:10) [3 items collapsed] User finished setup"
+    )
+
+
+def test_optimize_adds_gap_lines_between_distant_date_groups() -> None:
+    text = "Date: Mar 1, 2023\n* 🔴 a\nDate: Mar 2, 2023\n* 🔴 b\nDate: Mar 20, 2023\n* 🔴 c"
+    assert optimize_observations_for_context(text, NOW).split("\n") == [
+        "Date: Mar 1, 2023 (2 months ago)",
+        "* 🔴 a",
+        "Date: Mar 2, 2023 (2 months ago)",
+        "* 🔴 b",
+        "",
+        "[2 weeks later]",
+        "",
+        "Date: Mar 20, 2023 (2 months ago)",
+        "* 🔴 c",
+    ]
+
+
+def test_optimize_expands_resolved_dates_and_flags_past_plans() -> None:
+    text = (
+        "Date: May 10, 2023\n"
+        "* 🔴 (10:00) User will fly to Rome on Friday (meaning May 12, 2023)\n"
+        "* 🔴 (10:01) User bought shoes (meaning May 9, 2023)\n"
+        "* 🔴 (10:02) User plans to visit Porto (estimated May 27, 2023)\n"
+        "* 🔴 (10:03) Something (meaning sometime soon)"
+    )
+    lines = optimize_observations_for_context(text, NOW).split("\n")
+    assert lines[1].endswith("(meaning May 12, 2023 — 1 week ago, likely already happened)")
+    assert lines[2].endswith("(meaning May 9, 2023 — 1 week ago)")
+    assert lines[3].endswith("(estimated May 27, 2023 — in 1 week)")
+    assert lines[4].endswith("(meaning sometime soon)")
+
+
+# Retrieval groups, slices, resource-scope sections
+
+
+def test_groups_wrap_render_and_strip() -> None:
+    group_id = observation_group_id("cycle-1")
+    assert len(group_id) == 16 and group_id == observation_group_id("cycle-1")
+    wrapped = wrap_observation_group("* 🔴 a\n", group_id, "m1", "m9")
+    assert wrapped == f'<observation-group id="{group_id}" range="m1:m9">\n* 🔴 a\n</observation-group>'
+    log = wrapped + "\n\n" + wrap_observation_group("* 🔴 b", "f" * 16, "m10", "m12", kind="reflection")
+    assert render_groups_for_context(log) == (
+        f"## Group `{group_id}`\n_range: `m1:m9`_\n\n* 🔴 a\n\n"
+        f"## Group `{'f' * 16}`\n_range: `m10:m12`_\n\n* 🔴 b"
+    )
+    assert strip_group_tags(log) == "* 🔴 a\n\n* 🔴 b\n"
+
+
+def test_split_lines_for_reflection() -> None:
+    assert split_lines_for_reflection("a\nb\nc\n\nd\n", 2) == ("a\nb", "c\n\nd")
+    assert split_lines_for_reflection("a\nb", 5) == ("a\nb", "")
+
+
+def test_message_boundaries_split_the_log() -> None:
+    boundary = message_boundary(datetime(2023, 5, 15, 10, 0, tzinfo=UTC))
+    assert boundary == "--- message boundary (2023-05-15T10:00:00+00:00) ---"
+    log = f"* 🔴 a\n\n{boundary}\n\n* 🔴 b\n{boundary}\n"
+    assert split_at_message_boundaries(log) == ["* 🔴 a", "* 🔴 b"]
+
+
+def test_merge_thread_section_joins_same_date_section() -> None:
+    log = (
+        '<thread id="t_a">\nDate: May 15, 2023\n* 🔴 (10:00) a\n</thread>\n\n'
+        '<thread id="t_b">\n* 🔴 b\n</thread>'
+    )
+    merged = merge_thread_section(log, "t_a", "Date: May 15, 2023\n* 🔴 (11:00) a2")
+    assert merged == (
+        '<thread id="t_a">\nDate: May 15, 2023\n* 🔴 (10:00) a\n* 🔴 (11:00) a2\n</thread>\n\n'
+        '<thread id="t_b">\n* 🔴 b\n</thread>'
+    )
+
+
+def test_merge_thread_section_keeps_header_when_not_last_group() -> None:
+    log = '<thread id="t_a">\nDate: May 15, 2023\n* 🔴 a\nDate: May 16, 2023\n* 🔴 b\n</thread>'
+    merged = merge_thread_section(log, "t_a", "Date: May 15, 2023\n* 🔴 late")
+    assert merged.endswith("* 🔴 b\nDate: May 15, 2023\n* 🔴 late\n</thread>")
+
+
+def test_merge_thread_section_appends_new_section_with_boundary() -> None:
+    log = '<thread id="t_a">\nDate: May 15, 2023\n* 🔴 a\n</thread>'
+    merged = merge_thread_section(log, "t_a", "Date: May 16, 2023\n* 🔴 b", boundary="--- b ---")
+    assert merged == log + '\n\n--- b ---\n\n<thread id="t_a">\nDate: May 16, 2023\n* 🔴 b\n</thread>'
+    assert (
+        merge_thread_section("", "t_c", "* 🔴 c", boundary="--- b ---")
+        == '<thread id="t_c">\n* 🔴 c\n</thread>'
+    )
+    assert merge_thread_section(log, "t_a", "  ") == log

@@ -6,9 +6,9 @@ import os
 from logging.config import fileConfig
 from typing import Any
 
-from alembic import context
 from sqlalchemy import create_engine, pool
 
+from alembic import context
 from om_core.adapters.store.schema import applies_to, metadata
 
 config = context.config

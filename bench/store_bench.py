@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from multiprocessing.synchronize import Barrier, Event
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +89,9 @@ def writer(
     results.put((appends, conflicts))
 
 
-def append_throughput(url: str, writers: int, per_tx: int, seconds: float, shared_streams: int = 0) -> dict[str, Any]:
+def append_throughput(
+    url: str, writers: int, per_tx: int, seconds: float, shared_streams: int = 0
+) -> dict[str, Any]:
     context = mp.get_context("fork")
     start = context.Barrier(writers + 1)
     results = context.Queue()
@@ -117,6 +119,45 @@ def append_throughput(url: str, writers: int, per_tx: int, seconds: float, share
         figures["shared_streams"] = shared_streams
         figures["conflicts_per_s"] = round(conflicts / elapsed)
     return figures
+
+
+def baseline_writer(conninfo: str, seconds: float, start: Barrier, results: Any) -> None:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        start.wait()
+        count = 0
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            conn.execute("INSERT INTO bench_baseline (payload) VALUES (%s)", (PAYLOAD_TEXT,))
+            count += 1
+    results.put(count)
+
+
+def baseline_inserts(url: str, writers: int, seconds: float) -> dict[str, Any]:
+    """What this machine does right now with the simplest possible commit: one 1 KB row, plain psycopg.
+
+    The ceiling any store append can approach; it moves with whatever else runs on the machine.
+    """
+    conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bench_baseline (id bigserial PRIMARY KEY, payload text)")
+    context = mp.get_context("fork")
+    start = context.Barrier(writers + 1)
+    results = context.Queue()
+    processes = [
+        context.Process(target=baseline_writer, args=(conninfo, seconds, start, results))
+        for _ in range(writers)
+    ]
+    for process in processes:
+        process.start()
+    start.wait()
+    began = time.perf_counter()
+    total = sum(results.get() for _ in processes)
+    elapsed = time.perf_counter() - began
+    for process in processes:
+        process.join()
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("DROP TABLE bench_baseline")
+    return {"writers": writers, "inserts_per_s": round(total / elapsed)}
 
 
 # --- reads -------------------------------------------------------------------------------------------------
@@ -192,6 +233,15 @@ def scratch_postgres(server_url: str) -> Iterator[str]:
         admin.dispose()
 
 
+def without_fsync_wait(url: str) -> str:
+    """The same database with ``synchronous_commit=off`` for the sessions of this URL only."""
+    return (
+        make_url(url)
+        .update_query_dict({"options": "-c synchronous_commit=off"})
+        .render_as_string(hide_password=False)
+    )
+
+
 def postgres_settings(url: str) -> dict[str, str]:
     conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(conninfo) as conn:
@@ -210,7 +260,11 @@ def main() -> None:
     report: dict[str, Any] = {
         "benchmark": "event_store",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
         "quick": args.quick,
         "event_bytes": len(json.dumps(event_data(0))),
         "snapshot_bytes": len(json.dumps(snapshot(0).state)),
@@ -218,12 +272,17 @@ def main() -> None:
     with scratch_postgres(args.database_url) as url:
         report["postgres"] = {
             "settings": postgres_settings(url),
+            "baseline_plain_insert": baseline_inserts(url, 16, seconds),
             "appends": [
-                append_throughput(url, writers, per_tx, seconds)
-                for writers in (1, 16)
-                for per_tx in (1, 10)
+                append_throughput(url, writers, per_tx, seconds) for writers in (1, 16) for per_tx in (1, 10)
             ]
-            + [append_throughput(url, 16, 1, seconds, shared_streams=4)],
+            + [append_throughput(url, 16, 1, seconds, shared_streams=4)]
+            + [
+                {
+                    **append_throughput(without_fsync_wait(url), 16, 1, seconds),
+                    "synchronous_commit": "off (reference only: a crash can lose the last commits)",
+                }
+            ],
             "reads": read_latency(url, sizes, args.quick),
         }
     with tempfile.TemporaryDirectory() as directory:

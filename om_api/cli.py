@@ -86,8 +86,17 @@ def replay(
     typer.echo(json.dumps(window, indent=2, ensure_ascii=False))
 
 
+from om_workers.commands import register as _register_worker_commands  # noqa: E402
+
+_register_worker_commands(app)
+
+
 def main() -> None:
     try:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+
+from om_api.commands import register  # noqa: E402
+
+register(app)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from om_core.application.ports import MessageConflictError
@@ -31,6 +32,9 @@ from om_core.domain.message_input import (
 from om_core.domain.messages import Message
 from om_core.domain.state import RecordState
 from om_core.domain.timeutil import format_time, parse_time
+
+
+_UNTIMED = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +114,8 @@ def append_messages(
         )
         for i, raw in enumerate(messages)
     ]
-    batch = _dedupe_batch(normalized)
+    client_timed = [any(k in raw for k in ("createdAt", "created_at")) for raw in messages]
+    batch = _dedupe_batch(normalized, client_timed)
     stream_id = thread_stream_id(tenant, thread_id)
 
     def attempt() -> AppendOutcome:
@@ -154,7 +159,9 @@ def append_messages(
             )
             appended.append(AppendedMessage(message_id=message.id, seq=seq, tokens=tokens))
         if appended:
-            plan_decisions(plan, config, now, mode="append")
+            # an assistant message closes the turn: that is when bufferOnIdle buffers
+            turn_ended = fresh[-1][0].role == "assistant"
+            plan_decisions(plan, config, now, mode="idle" if turn_ended else "append")
         version = commit(deps, plan, state.version)
         return AppendOutcome(
             stream_id=stream_id,
@@ -168,11 +175,20 @@ def append_messages(
     return retry_on_conflict(attempt)
 
 
-def _dedupe_batch(messages: list[Message]) -> list[tuple[Message, str]]:
+def idempotency_hash(message: Message, *, client_timed: bool) -> str:
+    """What makes two sends of one message id "the same message".
+
+    A message sent without a time is stamped with the server's clock on arrival; that stamp is not part
+    of what the client said, so a re-send of it must still count as a duplicate.
+    """
+    return content_hash(message if client_timed else replace(message, created_at=_UNTIMED))
+
+
+def _dedupe_batch(messages: list[Message], client_timed: list[bool]) -> list[tuple[Message, str]]:
     seen: dict[str, str] = {}
     batch: list[tuple[Message, str]] = []
     for index, message in enumerate(messages):
-        digest = content_hash(message)
+        digest = idempotency_hash(message, client_timed=client_timed[index])
         if message.id in seen:
             if seen[message.id] != digest:
                 raise MessageValidationError(

@@ -234,4 +234,7 @@ def _run_schema_extractor(
 
 
 def _settings(config: MemoryConfig, role: thresholds.Role) -> dict[str, Any]:
-    return thresholds.resolve_model_settings(config, role).model_dump(exclude_none=True)
+    """The call's settings, with the configured retry bound for transient errors (``modelRetry``)."""
+    settings = thresholds.resolve_model_settings(config, role).model_dump(exclude_none=True)
+    settings["max_retries"] = config.model_retry.max_retries
+    return settings

@@ -66,7 +66,9 @@ class DuplicateMessageError(StoreError):
     def __init__(self, stream_id: str, message_ids: Sequence[str]) -> None:
         self.stream_id = stream_id
         self.message_ids = list(message_ids)
-        super().__init__(f"message id(s) already stored in stream {stream_id!r}: {', '.join(self.message_ids)}")
+        super().__init__(
+            f"message id(s) already stored in stream {stream_id!r}: {', '.join(self.message_ids)}"
+        )
 
 
 # --- store additions for paging, rebuilds and the outbox relay (added with the SQL store) ---------------
@@ -130,9 +132,12 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     def read_all(self, after_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
-        """Events of every stream with global position > ``after_position`` in position order.
+        """Events of every stream after the event at ``after_position``, in the order they became readable.
 
-        Never skips an event that commits later with a lower position than one already returned.
+        Never skips an event that commits later with a lower position than one already returned, and never
+        returns one twice. Positions rise within a stream; across streams they may step back (on Postgres
+        the order is commit-safe, not positional), so pass the position of the last event received, not the
+        highest one seen.
         """
 
     @abc.abstractmethod
@@ -193,6 +198,22 @@ class EventStore(abc.ABC):
     @abc.abstractmethod
     def mark_tasks_published(self, ids: Sequence[int]) -> int:
         """Record that outbox rows were handed to the broker. Returns how many rows changed."""
+
+    # --- added with the workers: marking by key after a direct publish, maintenance scans -------------
+
+    def mark_keys_published(self, keys: Sequence[str]) -> int:
+        """Record that the outbox rows with these task keys were handed to the broker.
+
+        The dispatcher publishes right after commit and knows the keys, not the row ids.
+        """
+        raise NotImplementedError
+
+    def list_streams_with_pending_work(self, *, after: str = "", limit: int = 500) -> list[str]:
+        """Ids of records holding buffered chunks or a cycle in flight, in id order after ``after``.
+
+        What the idle-TTL sweep and the stuck-cycle recovery scan; every other record has nothing to do.
+        """
+        raise NotImplementedError
 
 
 # --- model gateway -------------------------------------------------------------------------------------

@@ -295,6 +295,7 @@ def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
     config = record_config(deps.profile, state)
     counter = counter_for(config)
     source = "\n".join(state.log_lines()[: flight.line_count])
+    source_tokens = counter.count_text(source)
     started = time.monotonic()
     stamp = format_time(deps.clock())
     try:
@@ -329,7 +330,8 @@ def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
                     cycle_id=cycle_id,
                     generation=flight.generation,
                     line_count=flight.line_count,
-                    input_tokens=flight.input_tokens,
+                    # measured, not the request's per-line estimate: activation must really shrink the log
+                    input_tokens=source_tokens,
                     text=result.text,
                     tokens=result.tokens,
                     levels_tried=result.levels_tried,

@@ -194,7 +194,16 @@ def _extractor_section(inline: Sequence[ExtractorSpec]) -> str | None:
     entries = [
         f"## <{extractor.slug}>: {extractor.name}\n{extractor.instructions.strip()}" for extractor in inline
     ]
-    return "# Extractors\n\nAlso extract these values, each in its own section:\n\n" + "\n\n".join(entries)
+    # The "Extractor sections:" line is read by the deterministic local model to learn which to answer.
+    listing = "Extractor sections: " + ", ".join(extractor.slug for extractor in inline)
+    return "\n\n".join(
+        [
+            "# Extractors",
+            "Also extract these values, each in its own section named by its slug.",
+            listing,
+            *entries,
+        ]
+    )
 
 
 _SINGLE_THREAD_NOTE = "Do not add thread ids or <thread> tags to your observations."

@@ -383,11 +383,12 @@ def _buffer_completed(s: RecordState, e: ObservationBufferCompleted) -> None:
     if e.from_seq != max(s.observed_seq, s.chunks[-1].to_seq if s.chunks else 0) + 1:
         raise InvariantViolation(f"chunk {e.cycle_id} does not follow the previous chunk")
     s.buffer_in_flight = None
-    s.buffer_retry_after_pending = None
     s.stats.observer_calls += e.usage.calls
     if not e.observations.strip():
-        # an empty Observer answer leaves the messages unbuffered; they are offered again
+        # an empty Observer answer leaves the messages unbuffered; they are offered again with new messages
+        s.buffer_retry_after_pending = s.pending_tokens
         return
+    s.buffer_retry_after_pending = None
     s.chunks.append(
         Chunk(
             cycle_id=e.cycle_id,
@@ -561,8 +562,13 @@ def _reflection_buffered(s: RecordState, e: ReflectionBuffered) -> None:
     if flight.generation != s.generation or e.line_count != flight.line_count:
         raise InvariantViolation(f"buffered reflection {e.cycle_id} belongs to another generation")
     s.reflection_in_flight = None
-    s.reflection_retry_after_tokens = None
     s.stats.reflector_calls += e.usage.calls
+    if e.tokens >= e.input_tokens:
+        # it did not condense its slice: activating it would only start an identical generation, and
+        # asking again at the same size would loop (Mastra #14109); wait for the log to change
+        s.reflection_retry_after_tokens = s.observation_tokens
+        return
+    s.reflection_retry_after_tokens = None
     s.buffered_reflection = BufferedReflection(
         cycle_id=e.cycle_id,
         generation=e.generation,

@@ -1,7 +1,8 @@
 """Upcasters: how stored events of an older schema version are read as the current one.
 
-Stored events are never rewritten. Each step turns the data of ``(event_type, schema_version)`` into the data of
-``schema_version + 1``; steps are chained on read, so every caller sees the latest version of every event.
+Stored events are never rewritten. Each step turns the data of ``(event_type, schema_version)`` into the
+data of ``schema_version + 1``; steps are chained on read, so every caller sees the latest version of every
+event.
 """
 
 from __future__ import annotations

@@ -132,7 +132,10 @@ def test_output_modes(gateway: LiteLLMGateway, mode: str, expected: str) -> None
 
 
 def test_structured_output_request(gateway: LiteLLMGateway) -> None:
-    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "description": "where the user lives"}},
+    }
     request = ModelRequest(
         model="om-local/extractive",
         messages=[

@@ -185,7 +185,8 @@ def realistic_log() -> tuple[str, list[str]]:
             clock = f"({hour % 24:02d}:{(n * 7) % 60:02d})"
             kind = n % 6
             if kind == 0:
-                fact = f"User said: My colleague {PEOPLE[n % 6]} moved to {CITIES[n // 6 % 6]} in {1990 + n}"
+                person, city = PEOPLE[n // 6 % 6], CITIES[n // 36 % 6]
+                fact = f"User said: My colleague {person} moved to {city} in {1990 + n}"
                 facts.append(fact)
                 lines.append(f"* 🔴 {clock} {fact}, and she enjoys the quiet mornings there.")
             elif kind == 1:

@@ -114,6 +114,7 @@ def test_optional_system_sections() -> None:
     )[0]["content"]
     assert "<thread-title>" in full
     assert "<mood>" in full and "How the user feels right now." in full
+    assert "\nExtractor sections: mood\n" in full
     assert "<profile>" not in full
     assert '<thread id="' in full and "Do not add thread ids" not in full
     assert full.rstrip().endswith("Focus on pets.")

@@ -6,7 +6,9 @@ from om_core.domain.messages import (
     FilePart,
     ImagePart,
     Message,
+    Part,
     ReasoningPart,
+    Role,
     TextPart,
     ToolInvocationPart,
 )
@@ -20,8 +22,8 @@ from om_core.domain.transcript import (
 T0 = datetime(2023, 5, 15, 14, 30, tzinfo=UTC)
 
 
-def msg(mid: str, role: str, *parts: object, at: datetime = T0) -> Message:
-    return Message(id=mid, role=role, parts=tuple(parts), created_at=at)  # type: ignore[arg-type]
+def msg(mid: str, role: Role, *parts: Part, at: datetime = T0) -> Message:
+    return Message(id=mid, role=role, parts=tuple(parts), created_at=at)
 
 
 def test_date_header_on_change_and_time_only_when_it_changes() -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import make_url
+
+from alembic import command
 
 # The repository root holds alembic.ini and alembic/; this module sits three packages below it, which is
 # also where an editable install leaves it.
@@ -19,7 +20,9 @@ SCRIPT_LOCATION = REPO_ROOT / "alembic"
 
 def alembic_config(url: str) -> Config:
     if not SCRIPT_LOCATION.is_dir():
-        raise RuntimeError(f"alembic scripts not found at {SCRIPT_LOCATION}; is om installed from a checkout?")
+        raise RuntimeError(
+            f"alembic scripts not found at {SCRIPT_LOCATION}; is om installed from a checkout?"
+        )
     config = Config(str(ALEMBIC_INI)) if ALEMBIC_INI.is_file() else Config()
     config.set_main_option("script_location", str(SCRIPT_LOCATION))
     # Passed as an attribute, not a main option: ConfigParser would treat a '%' in a password as

@@ -107,6 +107,10 @@ class Xid8(UserDefinedType[int]):
         return "XID8"
 
 
+# Reflection (alembic's comparison of the models with a database) would otherwise not know the type.
+postgresql.base.ischema_names.setdefault("xid8", Xid8)
+
+
 JsonDocument = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 # A plain INTEGER PRIMARY KEY is SQLite's rowid, the only column it will autoincrement.
 Position = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -200,9 +204,7 @@ sa.Index(
     messages.c.thread_id,
     messages.c.created_at,
 )
-sa.Index(
-    "ix_om_messages_search_tsv", messages.c.search_tsv, postgresql_using="gin", info=POSTGRES_ONLY
-)
+sa.Index("ix_om_messages_search_tsv", messages.c.search_tsv, postgresql_using="gin", info=POSTGRES_ONLY)
 
 MESSAGES_KEY = "pk_om_messages"
 

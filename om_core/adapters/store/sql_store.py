@@ -3,8 +3,8 @@
 Postgres appends are one statement run in autocommit: the events insert (its compare-and-set on the stream
 version), the inline projection upsert, the message projection and the outbox rows are data-modifying CTEs
 of a single ``WITH ... SELECT``. One round trip, and atomic, because a statement is its own transaction.
-Array parameters (``unnest``) keep the SQL text the same for any batch size, so psycopg prepares it once
-per connection.
+Rows travel as JSON documents (``jsonb_to_recordset``), so the SQL text is the same for any batch size and
+psycopg prepares it once per connection.
 
 SQLite has a single writer: appends take a process-wide lock and ``BEGIN IMMEDIATE``, check the version,
 then run the same writes as separate statements.
@@ -23,12 +23,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, Row, make_url
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter
-from sqlalchemy.types import TypeEngine
 
 from om_core.adapters.store import schema
 from om_core.adapters.store.schema import events, messages, outbox, records
@@ -40,6 +41,7 @@ from om_core.application.ports import (
     MessageConflictError,
     OutboxTask,
     StoredMessage,
+    StoreError,
     StoreUnavailableError,
 )
 from om_core.domain.envelope import (
@@ -62,7 +64,14 @@ _STREAM_PAGE = 1000
 json_dumps: Callable[[Any], str] = functools.partial(
     json.dumps, ensure_ascii=False, separators=(",", ":"), allow_nan=False
 )
-json_loads: Callable[[str | bytes], Any] = json.loads
+_json_decode = json.JSONDecoder().decode
+
+
+def json_loads(document: str | bytes | bytearray | memoryview) -> Any:
+    # psycopg hands over bytes; json.loads would sniff their encoding on every document.
+    if not isinstance(document, str):
+        document = bytes(document).decode()
+    return _json_decode(document)
 
 
 def create_event_store(
@@ -71,14 +80,21 @@ def create_event_store(
     upcasters: Upcasters | None = None,
     pool_size: int = 5,
     max_overflow: int = 10,
+    pool_pre_ping: bool = False,
 ) -> SqlEventStore:
-    """A store for a ``postgresql+psycopg://`` or ``sqlite:///`` URL. The schema must be migrated already."""
+    """A store for a ``postgresql+psycopg://`` or ``sqlite:///`` URL. The schema must be migrated already.
+
+    Without ``pool_pre_ping`` (a round trip on every checkout, about a third of a state read here) the first
+    call after the database restarted fails with StoreUnavailableError and the pool reconnects.
+    """
     parsed = make_url(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         database = parsed.database
         if not database or database == ":memory:":
-            raise ValueError("the SQLite store needs a database file; an in-memory database is per connection")
+            raise ValueError(
+                "the SQLite store needs a database file; an in-memory database is per connection"
+            )
         Path(database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
         engine = sa.create_engine(
             parsed,
@@ -88,11 +104,16 @@ def create_event_store(
         )
         _configure_sqlite(engine)
     elif backend == "postgresql":
+        if parsed.drivername == "postgresql":
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        elif parsed.get_driver_name() != "psycopg":
+            raise ValueError("the Postgres store runs on psycopg 3: use a postgresql+psycopg:// URL")
         engine = sa.create_engine(
             parsed,
             pool_size=pool_size,
             max_overflow=max_overflow,
-            pool_pre_ping=True,
+            pool_pre_ping=pool_pre_ping,
+            isolation_level="AUTOCOMMIT",
             json_serializer=json_dumps,
             json_deserializer=json_loads,
         )
@@ -183,33 +204,43 @@ class _Precompiled:
     """
 
     def __init__(self, statement: sa.ClauseElement, dialect: sa.Dialect) -> None:
-        self._compiled = statement.compile(dialect=dialect)
-        self._sql = str(self._compiled)
+        compiled = statement.compile(dialect=dialect)
+        assert isinstance(compiled, SQLCompiler)
+        self._compiled = compiled
+        self._sql = str(compiled)
 
-    def _parameters(self, values: Mapping[str, Any]) -> Any:
+    @property
+    def sql(self) -> str:
+        return self._sql
+
+    def parameters(self, values: Mapping[str, Any]) -> Any:
         params = self._compiled.construct_params(dict(values))
         if self._compiled.positiontup is not None:
             return tuple(params[name] for name in self._compiled.positiontup)
         return params
 
     def execute(self, conn: Connection, values: Mapping[str, Any]) -> sa.CursorResult[Any]:
-        return conn.exec_driver_sql(self._sql, self._parameters(values))
+        return conn.exec_driver_sql(self._sql, self.parameters(values))
 
     def executemany(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-        conn.exec_driver_sql(self._sql, [self._parameters(row) for row in rows])
+        conn.exec_driver_sql(self._sql, [self.parameters(row) for row in rows])
 
 
 class SqlEventStore(EventStore):
+    """The event store on one engine. Build it with ``create_event_store``.
+
+    On Postgres every operation is a single statement and commits by itself, so the engine should run in
+    AUTOCOMMIT isolation (``create_event_store`` sets it): that saves the BEGIN and COMMIT round trips. With
+    another isolation level the store still commits what it writes, only slower.
+    """
+
     def __init__(self, engine: Engine, *, upcasters: Upcasters | None = None) -> None:
         self._engine = engine
         self._upcasters = upcasters or Upcasters()
         self._postgres = engine.dialect.name == "postgresql"
         if self._postgres:
-            # Single statements need no BEGIN/COMMIT round trips; multi-statement work uses ``engine``.
-            self._autocommit: Engine = engine.execution_options(isolation_level="AUTOCOMMIT")
             self._write_lock: threading.Lock | None = None
         elif engine.dialect.name == "sqlite":
-            self._autocommit = engine
             self._write_lock = _sqlite_write_lock(engine)
         else:
             raise ValueError(f"unsupported dialect {engine.dialect.name!r}")
@@ -273,57 +304,86 @@ class SqlEventStore(EventStore):
         tasks: Sequence[TaskRequest],
         message_rows: list[_MessageRow],
     ) -> list[int]:
+        # Each group of rows travels as one JSON document: dumping Python lists as Postgres arrays
+        # costs more client CPU than the whole statement costs the server.
         params: dict[str, Any] = {
             "stream_id": stream_id,
             "expected": expected,
-            "ev_version": [expected + i for i in range(1, len(new_events) + 1)],
-            "ev_id": [str(e.event_id) for e in new_events],
-            "ev_type": [e.event_type for e in new_events],
-            "ev_schema": [e.schema_version for e in new_events],
-            "ev_data": [json_dumps(e.data) for e in new_events],
-            "ev_meta": [json_dumps(e.metadata) for e in new_events],
+            "events": json_dumps(
+                [
+                    {
+                        "version": version,
+                        "id": str(e.event_id),
+                        "type": e.event_type,
+                        "schema": e.schema_version,
+                        "data": e.data,
+                        "meta": e.metadata,
+                    }
+                    for version, e in enumerate(new_events, start=expected + 1)
+                ]
+            ),
         }
         if snapshot is not None:
-            params.update(
-                tenant=snapshot.tenant,
-                thread_id=snapshot.thread_id,
-                resource_id=snapshot.resource_id,
-                last_version=expected + len(new_events),
-                state=json_dumps(snapshot.state),
-            )
+            params.update(_record_params(stream_id, snapshot, expected + len(new_events)))
         if message_rows:
             default_resource = snapshot.resource_id if snapshot is not None else None
-            params.update(
-                m_tenant=_tenant(stream_id, snapshot),
-                m_id=[m.message_id for m in message_rows],
-                m_seq=[m.seq for m in message_rows],
-                m_version=[m.stream_version for m in message_rows],
-                m_thread=[m.thread_id for m in message_rows],
-                m_resource=[m.resource_id or default_resource for m in message_rows],
-                m_role=[m.role for m in message_rows],
-                m_created=[m.created_at.isoformat() for m in message_rows],
-                m_tokens=[m.tokens for m in message_rows],
-                m_hash=[m.content_hash for m in message_rows],
-                m_message=[json_dumps(m.message) for m in message_rows],
-                m_search=[m.search for m in message_rows],
+            params["tenant_of_messages"] = _tenant(stream_id, snapshot)
+            params["messages"] = json_dumps(
+                [
+                    {
+                        "id": m.message_id,
+                        "seq": m.seq,
+                        "version": m.stream_version,
+                        "thread": m.thread_id,
+                        "resource": m.resource_id or default_resource,
+                        "role": m.role,
+                        "created": m.created_at.isoformat(),
+                        "tokens": m.tokens,
+                        "hash": m.content_hash,
+                        "message": m.message,
+                        "search": m.search,
+                    }
+                    for m in message_rows
+                ]
             )
         if tasks:
-            params.update(
-                t_key=[t.key for t in tasks],
-                t_name=[t.task_name for t in tasks],
-                t_queue=[t.queue for t in tasks],
-                t_payload=[json_dumps(t.payload) for t in tasks],
+            params["tasks"] = json_dumps(
+                [{"key": t.key, "name": t.task_name, "queue": t.queue, "payload": t.payload} for t in tasks]
             )
         statement = self._statement(
             _postgres_append_statement, snapshot is not None, bool(message_rows), bool(tasks)
         )
-        with self._autocommit.connect() as conn:
+        # The hot path runs on the pooled driver connection: SQLAlchemy's Connection and result set-up
+        # took more client CPU than the statement itself, and CPU is what 16 writers on 2 cores run out of.
+        try:
+            raw = self._engine.raw_connection()
+        except psycopg.OperationalError as error:  # raw_connection passes connect errors on unwrapped
+            raise StoreUnavailableError(str(error)) from error
+        try:
+            cursor = raw.cursor()
             try:
-                rows = statement.execute(conn, params).all()
-            except sa.exc.IntegrityError as error:
-                raise self._append_failure(conn, error, stream_id, new_events, expected, message_rows) from None
-            if not rows:
-                raise self._conflict(conn, stream_id, new_events, expected)
+                cursor.execute(statement.sql, statement.parameters(params))
+                rows = cursor.fetchall()
+            finally:
+                cursor.close()
+            raw.commit()
+        except psycopg.IntegrityError as error:
+            raw.rollback()
+            failure: Exception | None = error
+        except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+            raw.invalidate(error)
+            raise StoreUnavailableError(str(error)) from error
+        else:
+            failure = None
+        finally:
+            raw.close()
+        if failure is not None or not rows:
+            with self._engine.connect() as conn:
+                if failure is None:
+                    raise self._conflict(conn, stream_id, new_events, expected)
+                raise self._append_failure(
+                    conn, _violated_key(failure), stream_id, new_events, expected, message_rows
+                ) from None
         return [position for position, _ in sorted(rows, key=lambda row: row[1])]
 
     def _append_sqlite(
@@ -403,22 +463,21 @@ class SqlEventStore(EventStore):
             except _Conflict:
                 raise self._conflict(conn, stream_id, new_events, expected) from None
             except sa.exc.IntegrityError as error:
-                raise self._append_failure(conn, error, stream_id, new_events, expected, message_rows) from None
+                raise self._append_failure(
+                    conn, _violated_key(error.orig), stream_id, new_events, expected, message_rows
+                ) from None
         return positions
 
     def _append_failure(
         self,
         conn: Connection,
-        error: sa.exc.IntegrityError,
+        violated: str | None,
         stream_id: str,
         new_events: Sequence[NewEvent],
         expected: int,
         message_rows: list[_MessageRow],
     ) -> Exception:
         """Name the rule an append broke, after its transaction has rolled back."""
-        if conn.in_transaction():
-            conn.rollback()
-        violated = _violated_key(error)
         if violated in (schema.EVENTS_STREAM_VERSION_KEY, schema.EVENTS_EVENT_ID_KEY):
             return self._conflict(conn, stream_id, new_events, expected)
         if violated == schema.MESSAGES_KEY:
@@ -430,7 +489,7 @@ class SqlEventStore(EventStore):
             if stored:
                 return DuplicateMessageError(stream_id, sorted(stored))
             return ConcurrencyError(stream_id, expected, _current_version(conn, stream_id))
-        return error
+        return StoreError(f"append to {stream_id!r} broke an unexpected constraint {violated!r}")
 
     def _conflict(
         self, conn: Connection, stream_id: str, new_events: Sequence[NewEvent], expected: int
@@ -454,8 +513,8 @@ class SqlEventStore(EventStore):
         )
         if limit is not None:
             query = query.limit(limit)
-        with _unavailable_on_connection_errors(), self._autocommit.connect() as conn:
-            return [self._recorded(row) for row in conn.execute(query)]
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
+            return [self._recorded(row) for row in conn.execute(query).all()]
 
     def read_all(self, after_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
         """Events after ``after_position``, in the order they became safe to read.
@@ -470,7 +529,7 @@ class SqlEventStore(EventStore):
         ``after_position``. If that event has been erased meanwhile (``delete_stream``) the store can no
         longer place it and resumes with the events positioned after it.
         """
-        with _unavailable_on_connection_errors(), self._autocommit.connect() as conn:
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
             if not self._postgres:
                 query = (
                     sa.select(*_EVENT_COLUMNS)
@@ -478,7 +537,7 @@ class SqlEventStore(EventStore):
                     .order_by(events.c.global_position)
                     .limit(limit)
                 )
-                return [self._recorded(row) for row in conn.execute(query)]
+                return [self._recorded(row) for row in conn.execute(query).all()]
             horizon = sa.func.pg_snapshot_xmin(sa.func.pg_current_snapshot())
             query = sa.select(*_EVENT_COLUMNS).where(events.c.tx_id < horizon)
             cursor_tx = None
@@ -491,42 +550,45 @@ class SqlEventStore(EventStore):
             if cursor_tx is not None:
                 query = query.where(
                     sa.tuple_(events.c.tx_id, events.c.global_position)
-                    > sa.tuple_(sa.cast(sa.literal(cursor_tx, sa.Text), schema.Xid8()), sa.literal(after_position))
+                    > sa.tuple_(
+                        sa.cast(sa.literal(cursor_tx, sa.Text), schema.Xid8()), sa.literal(after_position)
+                    )
                 )
             elif after_position > 0:
                 query = query.where(events.c.global_position > after_position)
             query = query.order_by(events.c.tx_id, events.c.global_position).limit(limit)
-            return [self._recorded(row) for row in conn.execute(query)]
+            return [self._recorded(row) for row in conn.execute(query).all()]
 
     def find_event(self, event_id: uuid.UUID) -> RecordedEvent | None:
         query = sa.select(*_EVENT_COLUMNS).where(events.c.event_id == event_id)
-        with _unavailable_on_connection_errors(), self._autocommit.connect() as conn:
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
             row = conn.execute(query).first()
         return None if row is None else self._recorded(row)
 
     def stream_version(self, stream_id: str) -> int:
-        with _unavailable_on_connection_errors(), self._autocommit.connect() as conn:
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
             return _current_version(conn, stream_id)
 
     def _recorded(self, row: Row[Any]) -> RecordedEvent:
-        schema_version, data = self._upcasters.upcast(row.event_type, row.schema_version, row.data)
+        position, stream_id, version, event_id, event_type, stored_schema, data, metadata, recorded_at = row
+        schema_version, data = self._upcasters.upcast(event_type, stored_schema, data)
         return RecordedEvent(
-            global_position=row.global_position,
-            stream_id=row.stream_id,
-            stream_version=row.stream_version,
-            event_id=row.event_id,
-            event_type=row.event_type,
+            global_position=position,
+            stream_id=stream_id,
+            stream_version=version,
+            event_id=event_id,
+            event_type=event_type,
             schema_version=schema_version,
             data=data,
-            metadata=row.metadata,
-            recorded_at=row.recorded_at,
+            metadata=metadata,
+            recorded_at=recorded_at,
         )
 
     # --- projections ---------------------------------------------------------------------------------
 
     def load_snapshot(self, stream_id: str) -> tuple[JSONDict, int] | None:
         query = sa.select(records.c.state, records.c.version).where(records.c.stream_id == stream_id)
-        with _unavailable_on_connection_errors(), self._autocommit.connect() as conn:
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
             row = conn.execute(query).first()
         return None if row is None else (row.state, row.version)
 
@@ -537,7 +599,7 @@ class SqlEventStore(EventStore):
             self._statement(upsert).execute(conn, params)
 
     def find_messages(self, stream_id: str, message_ids: Iterable[str]) -> dict[str, StoredMessageRef]:
-        with _unavailable_on_connection_errors(), self._autocommit.connect() as conn:
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
             return _find_messages(conn, stream_id, list(dict.fromkeys(message_ids)))
 
     def read_messages(
@@ -554,16 +616,14 @@ class SqlEventStore(EventStore):
         if thread_id is not None:
             query = query.where(messages.c.thread_id == thread_id)
         if cursor is not None:
-            bound = sa.tuple_(
-                sa.literal(cursor[0], schema.UtcDateTime()), sa.literal(cursor[1], sa.Text())
-            )
+            bound = sa.tuple_(sa.literal(cursor[0], schema.UtcDateTime()), sa.literal(cursor[1], sa.Text()))
             query = query.where(key < bound if backward else key > bound)
         if backward:
             query = query.order_by(messages.c.created_at.desc(), messages.c.message_id.desc())
         else:
             query = query.order_by(messages.c.created_at, messages.c.message_id)
-        with _unavailable_on_connection_errors(), self._autocommit.connect() as conn:
-            rows = conn.execute(query.limit(limit)).all()
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
+            rows = list(conn.execute(query.limit(limit)))
         if backward:
             rows.reverse()
         return [
@@ -593,7 +653,7 @@ class SqlEventStore(EventStore):
         )
         if prefix:
             query = query.where(events.c.stream_id.startswith(prefix, autoescape=True))
-        with _unavailable_on_connection_errors(), self._autocommit.connect() as conn:
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
             return list(conn.scalars(query))
 
     def iter_streams(self, prefix: str = "") -> Iterator[str]:
@@ -608,20 +668,26 @@ class SqlEventStore(EventStore):
     # --- erasing -------------------------------------------------------------------------------------
 
     def delete_stream(self, stream_id: str) -> int:
+        erase_others = [
+            sa.delete(records).where(records.c.stream_id == stream_id),
+            sa.delete(messages).where(messages.c.stream_id == stream_id),
+            sa.delete(outbox).where(outbox.c.stream_id == stream_id, outbox.c.published_at.is_(None)),
+        ]
+        erase_events = sa.delete(events).where(events.c.stream_id == stream_id)
         with _unavailable_on_connection_errors(), self._writing() as conn:
-            removed = conn.execute(sa.delete(events).where(events.c.stream_id == stream_id)).rowcount
-            conn.execute(sa.delete(records).where(records.c.stream_id == stream_id))
-            conn.execute(sa.delete(messages).where(messages.c.stream_id == stream_id))
-            conn.execute(
-                sa.delete(outbox).where(outbox.c.stream_id == stream_id, outbox.c.published_at.is_(None))
-            )
-        return int(removed)
+            if self._postgres:
+                # One statement, hence one transaction even in autocommit.
+                ctes = [statement.cte(f"erase_{i}") for i, statement in enumerate(erase_others)]
+                return int(conn.execute(erase_events.add_cte(*ctes)).rowcount)
+            for statement in erase_others:
+                conn.execute(statement)
+            return int(conn.execute(erase_events).rowcount)
 
     # --- outbox --------------------------------------------------------------------------------------
 
     def fetch_unpublished_tasks(self, limit: int = 100, older_than_seconds: float = 0.0) -> list[OutboxTask]:
         # The database clock wrote created_at; compare against it, not against this host's clock.
-        with _unavailable_on_connection_errors(), self._autocommit.connect() as conn:
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
             now = conn.scalar(sa.select(sa.type_coerce(schema.UtcNow(), schema.UtcDateTime())))
             assert isinstance(now, datetime)
             query = (
@@ -662,12 +728,54 @@ class SqlEventStore(EventStore):
                 ).rowcount
         return changed
 
+    def mark_keys_published(self, keys: Sequence[str]) -> int:
+        if not keys:
+            return 0
+        changed = 0
+        with _unavailable_on_connection_errors(), self._writing() as conn:
+            for start in range(0, len(keys), _IN_CHUNK):
+                chunk = list(keys[start : start + _IN_CHUNK])
+                changed += conn.execute(
+                    sa.update(outbox)
+                    .where(outbox.c.key.in_(chunk), outbox.c.published_at.is_(None))
+                    .values(published_at=schema.UtcNow())
+                ).rowcount
+        return changed
+
+    def list_streams_with_pending_work(self, *, after: str = "", limit: int = 500) -> list[str]:
+        # The projection holds the whole record state; only records with chunks or a cycle in flight can
+        # need an idle activation or a stuck-cycle recovery.
+        if self._postgres:
+            pending = sa.text(
+                "(jsonb_array_length(coalesce(om_records.state->'chunks', '[]'::jsonb)) > 0"
+                " OR coalesce(om_records.state->'buffer_in_flight', 'null'::jsonb) <> 'null'::jsonb"
+                " OR coalesce(om_records.state->'sync_in_flight', 'null'::jsonb) <> 'null'::jsonb"
+                " OR coalesce(om_records.state->'reflection_in_flight', 'null'::jsonb) <> 'null'::jsonb)"
+            )
+        else:
+            pending = sa.text(
+                "(coalesce(json_array_length(json_extract(om_records.state, '$.chunks')), 0) > 0"
+                " OR json_extract(om_records.state, '$.buffer_in_flight') IS NOT NULL"
+                " OR json_extract(om_records.state, '$.sync_in_flight') IS NOT NULL"
+                " OR json_extract(om_records.state, '$.reflection_in_flight') IS NOT NULL)"
+            )
+        query = (
+            sa.select(records.c.stream_id)
+            .where(records.c.stream_id > after, pending)
+            .order_by(records.c.stream_id)
+            .limit(limit)
+        )
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
+            return list(conn.scalars(query))
+
     @contextmanager
     def _writing(self) -> Iterator[Connection]:
-        """A write transaction; on SQLite under the process lock and ``BEGIN IMMEDIATE``."""
+        """A connection that commits on success. On Postgres one statement per use, since the connection
+        is normally in autocommit; on SQLite a transaction under the process lock and ``BEGIN IMMEDIATE``."""
         if self._write_lock is None:
-            with self._engine.begin() as conn:
+            with self._engine.connect() as conn:
                 yield conn
+                conn.commit()
             return
         with self._write_lock, self._engine.connect() as conn:
             conn.execution_options(om_write=True)
@@ -693,13 +801,14 @@ def _unavailable_on_connection_errors() -> Iterator[None]:
         raise
 
 
-def _violated_key(error: sa.exc.IntegrityError) -> str | None:
-    diag = getattr(error.orig, "diag", None)
+def _violated_key(error: BaseException | None) -> str | None:
+    """The constraint a driver's integrity error names (psycopg), or infers from its text (sqlite3)."""
+    diag = getattr(error, "diag", None)
     if diag is not None:
         name = getattr(diag, "constraint_name", None)
         return str(name) if name else None
     # SQLite names the columns, not the constraint: "UNIQUE constraint failed: om_events.event_id".
-    text = str(error.orig)
+    text = str(error)
     if "om_events.event_id" in text:
         return schema.EVENTS_EVENT_ID_KEY
     if "om_events.stream_id" in text:
@@ -710,7 +819,9 @@ def _violated_key(error: sa.exc.IntegrityError) -> str | None:
 
 
 def _current_version(conn: Connection, stream_id: str) -> int:
-    version = conn.scalar(sa.select(sa.func.max(events.c.stream_version)).where(events.c.stream_id == stream_id))
+    version = conn.scalar(
+        sa.select(sa.func.max(events.c.stream_version)).where(events.c.stream_id == stream_id)
+    )
     return int(version or 0)
 
 
@@ -722,7 +833,9 @@ def _existing_event_ids(conn: Connection, event_ids: Sequence[uuid.UUID]) -> lis
     return found
 
 
-def _find_messages(conn: Connection, stream_id: str, message_ids: Sequence[str]) -> dict[str, StoredMessageRef]:
+def _find_messages(
+    conn: Connection, stream_id: str, message_ids: Sequence[str]
+) -> dict[str, StoredMessageRef]:
     found: dict[str, StoredMessageRef] = {}
     for start in range(0, len(message_ids), _IN_CHUNK):
         chunk = list(message_ids[start : start + _IN_CHUNK])
@@ -818,7 +931,8 @@ def _upsert_record(
     ).where(condition)
     statement = insert(records).from_select(list(_RECORD_COLUMNS), source)
     upsert: sa.Insert = statement.on_conflict_do_update(
-        index_elements=[records.c.stream_id], set_={name: statement.excluded[name] for name in _RECORD_UPDATED}
+        index_elements=[records.c.stream_id],
+        set_={name: statement.excluded[name] for name in _RECORD_UPDATED},
     )
     return upsert
 
@@ -837,10 +951,6 @@ def _postgres_upsert_record() -> sa.Insert:
     return _upsert_record(postgresql.insert, sa.cast(_state_param(), postgresql.JSONB()), sa.true())
 
 
-def _array(name: str, item: TypeEngine[Any]) -> BindParameter[Any]:
-    return sa.bindparam(name, type_=postgresql.ARRAY(item))
-
-
 def _sqlite_insert_tasks() -> sa.Insert:
     columns = ("key", "stream_id", "task_name", "queue", "payload")
     return (
@@ -850,22 +960,28 @@ def _sqlite_insert_tasks() -> sa.Insert:
     )
 
 
+def _json_rows(name: str, *columns: sa.ColumnClause[Any]) -> sa.TableValuedAlias:
+    """The rows of a JSON array parameter, typed: ``jsonb_to_recordset(:name) AS name(col type, ...)``."""
+    return (
+        sa.func.jsonb_to_recordset(sa.cast(sa.bindparam(name, type_=sa.Text()), postgresql.JSONB()))
+        .table_valued(*columns, name=name)
+        .render_derived(with_types=True)
+    )
+
+
 def _postgres_append_statement(with_snapshot: bool, with_messages: bool, with_tasks: bool) -> sa.Select[Any]:
     stream = sa.bindparam("stream_id", type_=sa.Text())
     expected = sa.bindparam("expected", type_=sa.BigInteger())
     jsonb = postgresql.JSONB()
 
-    source = (
-        sa.func.unnest(
-            _array("ev_version", sa.BigInteger()),
-            _array("ev_id", sa.Text()),
-            _array("ev_type", sa.Text()),
-            _array("ev_schema", sa.Integer()),
-            _array("ev_data", sa.Text()),
-            _array("ev_meta", sa.Text()),
-        )
-        .table_valued("version", "id", "type", "schema", "data", "meta", name="src")
-        .render_derived()
+    source = _json_rows(
+        "events",
+        sa.column("version", sa.BigInteger()),
+        sa.column("id", postgresql.UUID()),
+        sa.column("type", sa.Text()),
+        sa.column("schema", sa.Integer()),
+        sa.column("data", jsonb),
+        sa.column("meta", jsonb),
     )
     previous_exists = (
         sa.select(sa.literal(1))
@@ -879,11 +995,11 @@ def _postgres_append_statement(with_snapshot: bool, with_messages: bool, with_ta
             sa.select(
                 stream,
                 source.c.version,
-                sa.cast(source.c.id, postgresql.UUID()),
+                source.c.id,
                 source.c.type,
                 source.c.schema,
-                sa.cast(source.c.data, jsonb),
-                sa.cast(source.c.meta, jsonb),
+                source.c.data,
+                source.c.meta,
             )
             # The compare-and-set: version ``expected`` must exist (a gap is a conflict too), and the
             # unique (stream_id, stream_version) key refuses ``expected + 1`` if someone else wrote it.
@@ -897,73 +1013,73 @@ def _postgres_append_statement(with_snapshot: bool, with_messages: bool, with_ta
     dependent: list[sa.CTE] = []
 
     if with_snapshot:
-        dependent.append(_upsert_record(postgresql.insert, sa.cast(_state_param(), jsonb), appended).cte("rec"))
+        dependent.append(
+            _upsert_record(postgresql.insert, sa.cast(_state_param(), jsonb), appended).cte("rec")
+        )
 
     if with_messages:
-        rows = (
-            sa.func.unnest(
-                _array("m_id", sa.Text()),
-                _array("m_seq", sa.BigInteger()),
-                _array("m_version", sa.BigInteger()),
-                _array("m_thread", sa.Text()),
-                _array("m_resource", sa.Text()),
-                _array("m_role", sa.Text()),
-                _array("m_created", sa.Text()),
-                _array("m_tokens", sa.Integer()),
-                _array("m_hash", sa.Text()),
-                _array("m_message", sa.Text()),
-                _array("m_search", sa.Text()),
-            )
-            .table_valued(
-                "id", "seq", "version", "thread", "resource", "role", "created", "tokens", "hash", "message",
-                "search", name="msg_src",
-            )
-            .render_derived()
+        rows = _json_rows(
+            "messages",
+            sa.column("id", sa.Text()),
+            sa.column("seq", sa.BigInteger()),
+            sa.column("version", sa.BigInteger()),
+            sa.column("thread", sa.Text()),
+            sa.column("resource", sa.Text()),
+            sa.column("role", sa.Text()),
+            sa.column("created", postgresql.TIMESTAMP(timezone=True)),
+            sa.column("tokens", sa.Integer()),
+            sa.column("hash", sa.Text()),
+            sa.column("message", jsonb),
+            sa.column("search", sa.Text()),
         )
         message_insert = sa.insert(messages).from_select(
             [
-                "stream_id", "message_id", "seq", "stream_version", "tenant", "thread_id", "resource_id", "role",
-                "created_at", "tokens", "content_hash", "message", "search",
+                "stream_id",
+                "message_id",
+                "seq",
+                "stream_version",
+                "tenant",
+                "thread_id",
+                "resource_id",
+                "role",
+                "created_at",
+                "tokens",
+                "content_hash",
+                "message",
+                "search",
             ],
             sa.select(
                 stream,
                 rows.c.id,
                 rows.c.seq,
                 rows.c.version,
-                sa.bindparam("m_tenant", type_=sa.Text()),
+                sa.bindparam("tenant_of_messages", type_=sa.Text()),
                 rows.c.thread,
                 rows.c.resource,
                 rows.c.role,
-                sa.cast(rows.c.created, postgresql.TIMESTAMP(timezone=True)),
+                rows.c.created,
                 rows.c.tokens,
                 rows.c.hash,
-                sa.cast(rows.c.message, jsonb),
+                rows.c.message,
                 rows.c.search,
             ).where(appended),
         )
         dependent.append(message_insert.cte("msg"))
 
     if with_tasks:
-        task_rows = (
-            sa.func.unnest(
-                _array("t_key", sa.Text()),
-                _array("t_name", sa.Text()),
-                _array("t_queue", sa.Text()),
-                _array("t_payload", sa.Text()),
-            )
-            .table_valued("key", "name", "queue", "payload", name="task_src")
-            .render_derived()
+        task_rows = _json_rows(
+            "tasks",
+            sa.column("key", sa.Text()),
+            sa.column("name", sa.Text()),
+            sa.column("queue", sa.Text()),
+            sa.column("payload", jsonb),
         )
         task_insert = (
             postgresql.insert(outbox)
             .from_select(
                 ["key", "stream_id", "task_name", "queue", "payload"],
                 sa.select(
-                    task_rows.c.key,
-                    stream,
-                    task_rows.c.name,
-                    task_rows.c.queue,
-                    sa.cast(task_rows.c.payload, jsonb),
+                    task_rows.c.key, stream, task_rows.c.name, task_rows.c.queue, task_rows.c.payload
                 ).where(appended),
             )
             .on_conflict_do_nothing(index_elements=[outbox.c.key])

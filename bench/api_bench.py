@@ -1,0 +1,157 @@
+"""HTTP API benchmark: one turn = append a message + read the context, over HTTP against Postgres.
+
+    .venv/bin/python -m bench.api_bench [--database-url URL] [--turns 400] [--clients 1,32] [--markdown]
+
+Starts a real uvicorn server on 127.0.0.1 (one process, the inline executor on a background thread) over a
+scratch Postgres database created for the run and dropped afterwards. Each client owns one thread and
+runs turns back to back (append the user message, read the context, append the assistant message is NOT
+part of the turn: a turn is what an agent does before its model call). Prints one JSON object; with
+``--markdown`` also prints the table that docs/benchmarks.md holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import httpx
+import psycopg
+import uvicorn
+
+from om_api.app import create_app
+from om_core.adapters.store.migrations import upgrade_to_head
+from om_core.bootstrap import build_inline
+from om_core.settings import ServerSettings
+
+DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
+PROFILE: dict[str, Any] = {"model": "om-local/extractive"}  # Mastra's default budgets (30k / 40k)
+KEY = "bench-key"
+
+
+@contextmanager
+def scratch_database(server: str) -> Iterator[str]:
+    name = f"om_api_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = server.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + f"/{name}"
+    try:
+        upgrade_to_head(url)
+        yield url
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def running_server(url: str) -> Iterator[str]:
+    deps, dispatcher = build_inline(database_url=url, profile=PROFILE, background=True, migrate=False)
+    deps.sync_wait_seconds = 0.0
+    settings = ServerSettings(database_url=url, api_keys=f"{KEY}=bench")
+    app = create_app(settings, deps)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        dispatcher.close()
+
+
+def client_run(base: str, turns: int, warmup: int, start: threading.Barrier, out: list[float]) -> None:
+    thread = f"bench-{uuid.uuid4().hex[:10]}"
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
+        http.put(f"/v1/threads/{thread}", json={"resource_id": "bench"}).raise_for_status()
+        start.wait()
+        for i in range(turns + warmup):
+            message = {
+                "id": f"m{i}",
+                "role": "user",
+                "content": f"turn {i}: what should I cook with rice and eggs?",
+            }
+            began = time.perf_counter()
+            http.post(f"/v1/threads/{thread}/messages", json={"messages": [message]}).raise_for_status()
+            http.get(f"/v1/threads/{thread}/context").raise_for_status()
+            elapsed = time.perf_counter() - began
+            if i >= warmup:
+                out.append(elapsed * 1000)
+
+
+def measure(base: str, clients: int, turns: int) -> dict[str, Any]:
+    samples: list[float] = []
+    barrier = threading.Barrier(clients + 1)
+    workers = [
+        threading.Thread(target=client_run, args=(base, turns, 5, barrier, samples)) for _ in range(clients)
+    ]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    began = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    wall = time.perf_counter() - began
+    samples.sort()
+    return {
+        "clients": clients,
+        "turns": len(samples),
+        "p50_ms": round(statistics.median(samples), 2),
+        "p90_ms": round(samples[int(len(samples) * 0.90) - 1], 2),
+        "p99_ms": round(samples[int(len(samples) * 0.99) - 1], 2),
+        "turns_per_s": round(len(samples) / wall, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--database-url", default=DEFAULT_SERVER, help="a Postgres server (any database)")
+    parser.add_argument("--turns", type=int, default=400, help="turns per client (1 client)")
+    parser.add_argument("--clients", default="1,32")
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    server = args.database_url.replace("postgresql+psycopg://", "postgresql://")
+    results = []
+    with scratch_database(server) as url, running_server(url) as base:
+        for clients in (int(c) for c in args.clients.split(",")):
+            per_client = args.turns if clients == 1 else max(20, args.turns // clients * 2)
+            results.append(measure(base, clients, per_client))
+    report = {
+        "benchmark": "http_turn",
+        "turn": "POST /messages (1 user message) + GET /context, over HTTP, Postgres, one uvicorn process",
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "results": results,
+    }
+    json.dump(report, sys.stdout, indent=2)
+    print()
+    if args.markdown:
+        print("| clients | turns | p50 ms | p90 ms | p99 ms | turns/s |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for r in results:
+            cells = [r["clients"], r["turns"], r["p50_ms"], r["p90_ms"], r["p99_ms"], r["turns_per_s"]]
+            print("| " + " | ".join(str(c) for c in cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""The FastAPI application: ``create_app(settings, deps=None)``.
+
+``deps`` lets the caller choose how work runs (the inline executor in tests and embedded mode, a Celery
+dispatcher in production); without it the app builds an inline executor on a background thread over
+``settings.database_url``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from om_api import errors
+from om_api.auth import KeyRing
+from om_api.errors import ApiError, error_body
+from om_api.queries import engine_of
+from om_api.routes import system, threads
+from om_core.application.records import Deps
+from om_core.settings import ServerSettings, read_profile
+
+log = logging.getLogger("om_api")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class BodyTooLarge(ApiError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            413, "payload_too_large", f"the request body exceeds {limit} bytes", {"limit": limit}
+        )
+
+
+class RequestLimits:
+    """Refuse bodies over ``max_bytes``: at once from Content-Length, else while the body streams in."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = -1
+                if declared > self.max_bytes or declared < 0:
+                    await _send_error(send, 413 if declared >= 0 else 400, self.max_bytes)
+                    return
+        received = 0
+        limit = self.max_bytes
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        await self.app(scope, counted, send)
+
+
+async def _send_error(send: Send, status: int, limit: int) -> None:
+    import json
+
+    if status == 413:
+        body = error_body("payload_too_large", f"the request body exceeds {limit} bytes", {"limit": limit})
+    else:
+        body = error_body("bad_request", "invalid Content-Length header")
+    payload = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "om_http_requests", "HTTP requests", ["method", "route", "status"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "om_http_request_seconds",
+            "HTTP request latency",
+            ["method", "route"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+            registry=self.registry,
+        )
+
+
+class MetricsMiddleware:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def observed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed)
+        finally:
+            route = scope.get("route")
+            name = getattr(route, "path", "unmatched")
+            method = scope.get("method", "")
+            self.metrics.requests.labels(method, name, str(status)).inc()
+            if not name.endswith("/stream"):
+                self.metrics.latency.labels(method, name).observe(time.perf_counter() - started)
+
+
+def create_app(
+    settings: ServerSettings,
+    deps: Deps | None = None,
+    *,
+    sse_poll_interval: float = 0.15,
+    sse_heartbeat_interval: float = 15.0,
+) -> FastAPI:
+    owned: list[Any] = []
+    if deps is None:
+        from om_core.bootstrap import build_inline
+
+        profile = read_profile(settings.profile) if settings.profile else {}
+        deps, dispatcher = build_inline(
+            database_url=settings.database_url,
+            profile=profile,
+            background=True,
+            migrate=settings.database_url.startswith("sqlite"),
+        )
+        deps.max_message_bytes = settings.max_message_bytes
+        # the inline executor leaves om.sync work to the reader that asked for it: nobody else will
+        # deliver it, so waiting for a worker would only add the full bound to every synchronous read
+        deps.sync_wait_seconds = 0.0
+        owned.append(dispatcher)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if not settings.auth_enabled:
+            log.warning(
+                "AUTH IS DISABLED (OM_AUTH=disabled): every request acts as tenant 'default'. "
+                "Allowed only because the server binds to the loopback host %s.",
+                settings.host,
+            )
+        yield
+        for resource in owned:
+            resource.close()
+
+    app = FastAPI(
+        title="om — Observational Memory",
+        version="1.0.0",
+        summary="Append messages, get the projected context window, stream Mastra data-om-* parts.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.deps = deps
+    try:
+        engine = engine_of(deps.store)
+    except RuntimeError:
+        engine = None
+    app.state.keyring = KeyRing(settings.api_keys, engine)
+    app.state.metrics = Metrics()
+    app.state.sse_poll_interval = sse_poll_interval
+    app.state.sse_heartbeat_interval = sse_heartbeat_interval
+    errors.install(app)
+    app.include_router(threads.router)
+    app.include_router(system.router)
+    app.add_middleware(RequestLimits, max_bytes=settings.max_request_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    return app

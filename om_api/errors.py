@@ -1,0 +1,183 @@
+"""The error model of the HTTP API: every error is ``{"error": {"code", "message", "details"}}``.
+
+Domain and store exceptions are translated here, in one place, so routes stay thin and bad input can never
+surface as a 500: only a bug does (and then the body still follows the model, without internals).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from om_core.application.context import ObservationFailedError
+from om_core.application.ports import MessageConflictError, StoreUnavailableError
+from om_core.application.records import RecordNotFoundError
+from om_core.domain.config import ConfigError
+from om_core.domain.message_input import MessageValidationError
+
+log = logging.getLogger("om_api")
+
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "too_many_requests",
+    503: "unavailable",
+}
+
+
+class ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details or {}
+        self.headers = headers
+
+
+def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    details: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(error_body(code, message, details), status_code=status, headers=headers)
+
+
+def not_found(thread_id: str) -> ApiError:
+    # the same answer whether the thread never existed, was erased, or belongs to another tenant
+    return ApiError(404, "thread_not_found", f"no thread {thread_id!r}", {"thread_id": thread_id})
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return repr(value)
+
+
+def _allowed_methods(app: FastAPI, request: Request) -> set[str]:
+    from starlette.routing import Match
+
+    allowed: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "__none__"})
+        methods = getattr(route, "methods", None)
+        if match != Match.NONE and methods:
+            allowed.update(methods)
+    allowed.discard("HEAD")
+    return allowed
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, error: ApiError) -> JSONResponse:
+        return error_response(error.status, error.code, error.message, error.details, error.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, error: RequestValidationError) -> JSONResponse:
+        problems = [
+            {
+                "loc": [str(p) for p in e.get("loc", ())],
+                "type": str(e.get("type", "")),
+                "msg": str(e.get("msg", "")),
+            }
+            for e in error.errors()
+        ]
+        if any(p["type"] == "json_invalid" for p in problems):
+            return error_response(
+                400, "malformed_json", "the request body is not valid JSON", {"errors": problems}
+            )
+        path_problem = next((p for p in problems if p["loc"][:1] == ["path"]), None)
+        if path_problem is not None:
+            name = path_problem["loc"][1] if len(path_problem["loc"]) > 1 else "path"
+            return error_response(
+                422, f"invalid_{name}", f"{name}: {path_problem['msg']}", {"errors": problems}
+            )
+        return error_response(
+            422, "validation_error", "the request does not match the schema", {"errors": problems}
+        )
+
+    @app.exception_handler(MessageValidationError)
+    async def _message(_: Request, error: MessageValidationError) -> JSONResponse:
+        return error_response(
+            422, "invalid_message", str(error), {"path": error.path, "reason": error.reason}
+        )
+
+    @app.exception_handler(ConfigError)
+    async def _config(_: Request, error: ConfigError) -> JSONResponse:
+        problems = [{"option": p.option, "value": _jsonable(p.value), "rule": p.rule} for p in error.problems]
+        return error_response(422, "invalid_config", str(error), {"problems": problems})
+
+    @app.exception_handler(MessageConflictError)
+    async def _conflict(_: Request, error: MessageConflictError) -> JSONResponse:
+        return error_response(
+            409,
+            "message_conflict",
+            f"message id {error.message_id!r} already exists with different content",
+            {"message_id": error.message_id},
+        )
+
+    @app.exception_handler(RecordNotFoundError)
+    async def _missing(_: Request, error: RecordNotFoundError) -> JSONResponse:
+        thread = error.stream_id.split("/", 2)[-1]
+        return error_response(404, "thread_not_found", f"no thread {thread!r}", {"thread_id": thread})
+
+    @app.exception_handler(ObservationFailedError)
+    async def _observation_failed(_: Request, error: ObservationFailedError) -> JSONResponse:
+        return error_response(
+            503,
+            "observation_failed",
+            str(error),
+            {"pending_tokens": error.pending_tokens, "limit": error.limit},
+            {"Retry-After": "5"},
+        )
+
+    @app.exception_handler(StoreUnavailableError)
+    async def _store(_: Request, error: StoreUnavailableError) -> JSONResponse:
+        log.warning("store unavailable: %s", error)
+        return error_response(
+            503, "store_unavailable", "the database is unavailable; retry", {}, {"Retry-After": "2"}
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        code = _STATUS_CODES.get(error.status_code, "error")
+        headers = dict(error.headers or {})
+        if error.status_code == 405:
+            # Starlette names only the first matching route's methods; list every route's for this path
+            headers["Allow"] = ", ".join(sorted(_allowed_methods(app, request)))
+        return error_response(error.status_code, code, str(error.detail), {}, headers)
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, error: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal_error", "internal error; it has been logged")

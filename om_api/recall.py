@@ -1,0 +1,505 @@
+"""The ``recall`` tool (reference §7.3): read back raw messages that observations only summarise.
+
+Modes: ``messages`` (page around a cursor message, forward or backward, or from either end of the thread),
+``threads`` (the record's threads with date filters) and ``search`` (Postgres full-text by default; SQLite
+substring match embedded). Paging rules follow Mastra's ``om-tools.ts``: ``page`` 0 counts as 1, pages are
+clamped to ±50 and ``limit`` to 1..20; page −1 is the ``limit`` messages right before the cursor;
+``hasNextPage``/``hasPrevPage`` come from fetching one row more than needed; data-only messages take no page
+slot. ``detail=low`` truncates each part with a hint to fetch it whole; ``detail=high`` returns one part per
+call with hints to the next one; ``partIndex`` returns one part of the cursor message, chunked by
+``charOffset`` when it exceeds the token budget.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from om_api import queries
+from om_api.errors import ApiError
+from om_core.application.ports import EventStore, StoredMessage
+from om_core.application.records import thread_stream_id
+
+MAX_PAGE = 50
+MAX_LIMIT = 20
+DEFAULT_LIMIT = 20
+THREADS_MAX_LIMIT = 50
+SEARCH_DEFAULT_TOP_K = 10
+SEARCH_MAX_TOP_K = 20
+LOW_TEXT_TOKENS = 100
+LOW_TOOL_TOKENS = 20
+LOW_OTHER_TOKENS = 30
+EXPAND_USER_TEXT_TOKENS = 200
+EXPAND_OTHER_TOKENS = 50
+OUTPUT_BUDGET_TOKENS = 2_000
+
+Mode = Literal["messages", "threads", "search"]
+Detail = Literal["low", "high"]
+CountTokens = Callable[[str], int]
+
+
+@dataclass(frozen=True)
+class RecallQuery:
+    mode: Mode = "messages"
+    query: str | None = None
+    cursor: str | None = None
+    thread_id: str | None = None
+    anchor: Literal["start", "end"] = "start"
+    page: int = 1
+    limit: int | None = None
+    detail: Detail = "low"
+    part_type: str | None = None
+    tool_name: str | None = None
+    part_index: int | None = None
+    char_offset: int = 0
+    before: datetime | None = None
+    after: datetime | None = None
+
+
+def normalize_page(page: int) -> int:
+    """``page: 0`` ⇒ 1, clamped to −50..50 (scenario 35)."""
+    if page == 0:
+        return 1
+    return max(-MAX_PAGE, min(MAX_PAGE, page))
+
+
+def normalize_limit(limit: int | None, default: int = DEFAULT_LIMIT, maximum: int = MAX_LIMIT) -> int:
+    if limit is None:
+        return default
+    return max(1, min(maximum, limit))
+
+
+_RANGE = re.compile(r"^[^:,\s]+:[^:,\s]+$")
+
+
+def _range_hint(cursor: str) -> ApiError | None:
+    if "," in cursor or _RANGE.match(cursor):
+        first = cursor.split(",")[0].split(":")[0]
+        return ApiError(
+            400,
+            "cursor_is_range",
+            f"cursor {cursor!r} is a message range, not a message id; pass one id from it, "
+            f'e.g. cursor="{first}" (the start of the range)',
+            {"cursor": cursor, "hint": f'recall cursor="{first}"'},
+        )
+    return None
+
+
+# --- tool schema ------------------------------------------------------------------------------------------
+
+
+RECALL_DESCRIPTION = (
+    "Recall raw messages of this conversation that your observations only summarise. Use it to quote or "
+    "repeat something exactly, or to verify a detail. Pass a message id from an observation group's range "
+    "as `cursor`; page forward (page 1, 2, …) or backward (page -1, -2, …) from it. `detail: low` (default) "
+    "shows every part truncated with a hint; `detail: high` shows one part at a time; `partIndex` fetches "
+    "one part of the cursor message in full, continued with `charOffset`. `mode: threads` lists "
+    "conversations (filter with `before`/`after`); `mode: search` finds messages by words (`query`)."
+)
+
+
+def tool_schema() -> dict[str, Any]:
+    """The recall tool as a function-calling tool definition (OpenAI/litellm ``tools`` entry shape)."""
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "mode": {"type": "string", "enum": ["messages", "threads", "search"], "default": "messages"},
+            "query": {"type": "string", "description": "search mode: the words to look for"},
+            "cursor": {"type": "string", "description": "a message id (not a start:end range)"},
+            "threadId": {"type": "string", "description": "another thread of this resource, or 'current'"},
+            "anchor": {"type": "string", "enum": ["start", "end"], "default": "start"},
+            "page": {"type": "integer", "minimum": -MAX_PAGE, "maximum": MAX_PAGE, "default": 1},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
+            "detail": {"type": "string", "enum": ["low", "high"], "default": "low"},
+            "partType": {
+                "type": "string",
+                "description": "only parts of this type (text, tool-invocation, …)",
+            },
+            "toolName": {"type": "string", "description": "only tool parts of this tool"},
+            "partIndex": {"type": "integer", "minimum": 0, "description": "one part of the cursor message"},
+            "charOffset": {"type": "integer", "minimum": 0, "description": "continue a long part from here"},
+            "before": {
+                "type": "string",
+                "format": "date-time",
+                "description": "threads mode: updated before",
+            },
+            "after": {"type": "string", "format": "date-time", "description": "threads mode: updated after"},
+        },
+        "additionalProperties": False,
+    }
+    return {
+        "type": "function",
+        "function": {"name": "recall", "description": RECALL_DESCRIPTION, "parameters": parameters},
+    }
+
+
+# --- rendering parts --------------------------------------------------------------------------------------
+
+
+def _part_text(part: dict[str, Any]) -> str:
+    kind = str(part.get("type", ""))
+    if kind in ("text", "reasoning"):
+        return str(part.get("text", ""))
+    if kind == "tool-invocation":
+        body: dict[str, Any] = {"tool": part.get("toolName"), "state": part.get("state")}
+        for key in ("args", "result", "error"):
+            if part.get(key) is not None:
+                body[key] = part[key]
+        return json.dumps(body, ensure_ascii=False)
+    if kind in ("image", "file"):
+        name = part.get("filename") or part.get("mimeType") or kind
+        return f"[{kind}: {name}]"
+    return json.dumps(part.get("data"), ensure_ascii=False)
+
+
+def _is_data_only(message: StoredMessage) -> bool:
+    parts = message.message.get("parts", [])
+    return bool(parts) and all(
+        str(p.get("type", "")).startswith("data-") for p in parts if isinstance(p, dict)
+    )
+
+
+def _truncate(text: str, tokens: int, count: CountTokens) -> tuple[str, bool]:
+    if count(text) <= tokens:
+        return text, False
+    # binary search on characters for the longest prefix within the budget; never split a surrogate pair
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count(text[:mid]) <= tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo], True
+
+
+def _low_budget(part: dict[str, Any]) -> int:
+    kind = str(part.get("type", ""))
+    if kind == "text":
+        return LOW_TEXT_TOKENS
+    if kind == "tool-invocation":
+        return LOW_TOOL_TOKENS
+    return LOW_OTHER_TOKENS
+
+
+def _matches(part: dict[str, Any], q: RecallQuery) -> bool:
+    if q.part_type and part.get("type") != q.part_type:
+        return False
+    return not (q.tool_name and part.get("toolName") != q.tool_name)
+
+
+def _message_out(message: StoredMessage, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "id": message.message_id,
+        "role": message.role,
+        "createdAt": message.created_at.isoformat(),
+        "threadId": message.thread_id,
+        "parts": parts,
+    }
+
+
+def _render_low(messages: list[StoredMessage], q: RecallQuery, count: CountTokens) -> dict[str, Any]:
+    rendered: list[tuple[StoredMessage, list[dict[str, Any]]]] = []
+    pending: list[tuple[int, dict[str, Any], str, int]] = []  # priority, output part, full text, limit
+    used = 0
+    for message in messages:
+        out_parts: list[dict[str, Any]] = []
+        for index, part in enumerate(message.message.get("parts", [])):
+            if not isinstance(part, dict) or not _matches(part, q):
+                continue
+            full = _part_text(part)
+            text, cut = _truncate(full, _low_budget(part), count)
+            entry: dict[str, Any] = {"partIndex": index, "type": part.get("type"), "text": text}
+            if part.get("toolName"):
+                entry["toolName"] = part["toolName"]
+            if cut:
+                entry["truncated"] = True
+                entry["hint"] = f'recall cursor="{message.message_id}" partIndex={index} detail="high"'
+                user_text = message.role == "user" and part.get("type") == "text"
+                pending.append(
+                    (
+                        0 if user_text else 1,
+                        entry,
+                        full,
+                        EXPAND_USER_TEXT_TOKENS if user_text else EXPAND_OTHER_TOKENS,
+                    )
+                )
+            used += count(text)
+            out_parts.append(entry)
+        rendered.append((message, out_parts))
+    # leftover budget widens truncated parts: the user's own words first
+    for _, entry, full, cap in sorted(pending, key=lambda item: item[0]):
+        left = OUTPUT_BUDGET_TOKENS - used
+        if left <= 0:
+            break
+        before = count(entry["text"])
+        text, cut = _truncate(full, min(cap, before + left), count)
+        if len(text) > len(entry["text"]):
+            entry["text"] = text
+            used += count(text) - before
+            if not cut:
+                entry.pop("truncated", None)
+                entry.pop("hint", None)
+    out = {"messages": [_message_out(m, parts) for m, parts in rendered]}
+    if used > OUTPUT_BUDGET_TOKENS:
+        # hard limit: drop whole trailing messages until the output fits, and say where it stopped
+        offset = 0
+        kept: list[dict[str, Any]] = []
+        for message_json in out["messages"]:
+            size = sum(count(p["text"]) for p in message_json["parts"])
+            if offset + size > OUTPUT_BUDGET_TOKENS and kept:
+                return {"messages": kept, "truncated": True, "tokenOffset": offset}
+            kept.append(message_json)
+            offset += size
+    return out
+
+
+# --- the modes --------------------------------------------------------------------------------------------
+
+
+def recall(
+    store: EventStore, *, tenant: str, thread_id: str, q: RecallQuery, count: CountTokens, scope: str
+) -> dict[str, Any]:
+    if q.mode == "threads":
+        return _threads(store, tenant, thread_id, q, scope)
+    if q.mode == "search":
+        return _search(store, tenant, thread_id, q, scope)
+    return _messages(store, tenant, thread_id, q, count, scope)
+
+
+def _target_stream(store: EventStore, tenant: str, thread_id: str, q: RecallQuery, scope: str) -> str:
+    target = q.thread_id if q.thread_id not in (None, "", "current") else thread_id
+    assert target is not None
+    if target != thread_id and scope != "resource":
+        raise ApiError(
+            400, "thread_scope", "this record is thread-scoped: recall can only read the current thread"
+        )
+    return thread_stream_id(tenant, target)
+
+
+def _messages(
+    store: EventStore, tenant: str, thread_id: str, q: RecallQuery, count: CountTokens, scope: str
+) -> dict[str, Any]:
+    stream_id = _target_stream(store, tenant, thread_id, q, scope)
+    page = normalize_page(q.page)
+    limit = normalize_limit(q.limit)
+    cursor_message: StoredMessage | None = None
+    if q.cursor:
+        hint = _range_hint(q.cursor)
+        if hint is not None:
+            raise hint
+        cursor_message = queries.find_message(store, tenant, q.cursor)
+        if cursor_message is None or cursor_message.stream_id != stream_id:
+            # a cursor from another thread is rejected the same way as an unknown one
+            raise ApiError(
+                404, "cursor_not_found", f"no message {q.cursor!r} in this thread", {"cursor": q.cursor}
+            )
+    if q.part_index is not None:
+        if cursor_message is None:
+            raise ApiError(422, "cursor_required", "partIndex needs the cursor of the message it belongs to")
+        return {
+            "mode": "messages",
+            "threadId": stream_id.split("/", 2)[-1],
+            "cursor": q.cursor,
+            "detail": "high",
+            **_one_part(cursor_message, q.part_index, q.char_offset, count),
+        }
+
+    backward = page < 0 or (cursor_message is None and q.anchor == "end")
+    skip = (abs(page) - 1) * limit
+    wanted = skip + limit + 1
+    cursor_key = (cursor_message.created_at, cursor_message.message_id) if cursor_message else None
+    rows = _collect(store, stream_id, cursor_key, backward, wanted)
+    if backward:
+        # nearest first for slot counting, then back to chronological order
+        nearest = list(reversed(rows))
+        page_rows = list(reversed(nearest[skip : skip + limit]))
+        more_beyond = len(nearest) > skip + limit
+        has_prev, has_next = more_beyond, skip > 0 or cursor_message is not None
+    else:
+        page_rows = rows[skip : skip + limit]
+        has_next = len(rows) > skip + limit
+        has_prev = skip > 0 or cursor_message is not None
+    result: dict[str, Any] = {
+        "mode": "messages",
+        "threadId": stream_id.split("/", 2)[-1],
+        "cursor": q.cursor,
+        "page": page,
+        "limit": limit,
+        "detail": q.detail,
+        "hasNextPage": has_next,
+        "hasPrevPage": has_prev,
+    }
+    if q.detail == "high":
+        result.update(_high(page_rows, q, count, page))
+    else:
+        result.update(_render_low(page_rows, q, count))
+    return result
+
+
+def _collect(
+    store: EventStore, stream_id: str, cursor: tuple[datetime, str] | None, backward: bool, wanted: int
+) -> list[StoredMessage]:
+    """Up to ``wanted`` non-data-only messages after (or before) ``cursor``, chronological."""
+    found: list[StoredMessage] = []
+    position = cursor
+    batch = max(wanted, 50)
+    while len(found) < wanted:
+        page = store.read_messages(stream_id, cursor=position, backward=backward, limit=batch)
+        if not page:
+            break
+        ordered = list(reversed(page)) if backward else page
+        for message in ordered:
+            if not _is_data_only(message):
+                found.append(message)
+                if len(found) >= wanted:
+                    break
+        last = ordered[-1]
+        position = (last.created_at, last.message_id)
+        if len(page) < batch:
+            break
+    return list(reversed(found)) if backward else found
+
+
+def _high(rows: list[StoredMessage], q: RecallQuery, count: CountTokens, page: int) -> dict[str, Any]:
+    """Exactly one part: the first matching part of the page, with hints to what follows."""
+    for position, message in enumerate(rows):
+        parts = [
+            (i, p)
+            for i, p in enumerate(message.message.get("parts", []))
+            if isinstance(p, dict) and _matches(p, q)
+        ]
+        if not parts:
+            continue
+        index, _ = parts[0]
+        out = _one_part(message, index, 0, count)
+        hints = []
+        if len(parts) > 1:
+            hints.append(
+                f'next part: recall cursor="{message.message_id}" partIndex={parts[1][0]} detail="high"'
+            )
+        if position + 1 < len(rows):
+            hints.append(f'next message: recall cursor="{message.message_id}" detail="high"')
+        hints.append(f"next page: page={page + 1 if page > 0 else page - 1}")
+        out["hints"] = hints
+        return out
+    return {"messages": [], "hints": []}
+
+
+def _one_part(message: StoredMessage, index: int, char_offset: int, count: CountTokens) -> dict[str, Any]:
+    parts = message.message.get("parts", [])
+    if index < 0 or index >= len(parts):
+        raise ApiError(
+            422,
+            "part_index_out_of_range",
+            f"message {message.message_id!r} has {len(parts)} parts; partIndex {index} does not exist",
+        )
+    part = parts[index]
+    full = _part_text(part)
+    if char_offset < 0 or char_offset > len(full):
+        raise ApiError(422, "char_offset_out_of_range", f"charOffset must be within 0..{len(full)}")
+    rest = full[char_offset:]
+    text, cut = _truncate(rest, OUTPUT_BUDGET_TOKENS, count)
+    if cut and text and 0xD800 <= ord(text[-1]) <= 0xDBFF:
+        text = text[:-1]
+    entry: dict[str, Any] = {"partIndex": index, "type": part.get("type"), "text": text}
+    if part.get("toolName"):
+        entry["toolName"] = part["toolName"]
+    out: dict[str, Any] = {"messages": [_message_out(message, [entry])]}
+    if cut:
+        next_offset = char_offset + len(text)
+        out["nextCharOffset"] = next_offset
+        out["hint"] = f'recall cursor="{message.message_id}" partIndex={index} charOffset={next_offset}'
+    return out
+
+
+def _threads(store: EventStore, tenant: str, thread_id: str, q: RecallQuery, scope: str) -> dict[str, Any]:
+    limit = normalize_limit(q.limit, DEFAULT_LIMIT, THREADS_MAX_LIMIT)
+    page = max(1, normalize_page(q.page))
+    if scope != "resource":
+        rows = [
+            r
+            for r in queries.list_threads(store, tenant, before=q.before, after=q.after, limit=10_000)
+            if r.thread_id == thread_id
+        ]
+    else:
+        current = [r for r in queries.list_threads(store, tenant, limit=10_000) if r.thread_id == thread_id]
+        resource = current[0].resource_id if current else None
+        rows = (
+            queries.list_threads(
+                store,
+                tenant,
+                resource_id=resource,
+                before=q.before,
+                after=q.after,
+                limit=limit + 1,
+                offset=(page - 1) * limit,
+            )
+            if resource is not None
+            else current
+        )
+    has_next = len(rows) > limit
+    return {
+        "mode": "threads",
+        "page": page,
+        "limit": limit,
+        "hasNextPage": has_next,
+        "hasPrevPage": page > 1,
+        "threads": [
+            {
+                "id": r.thread_id,
+                "title": r.title,
+                "updatedAt": r.updated_at.isoformat() if r.updated_at else None,
+                "resourceId": r.resource_id,
+                "current": r.thread_id == thread_id,
+                "label": f"{r.title or r.thread_id}{' ← current' if r.thread_id == thread_id else ''}",
+            }
+            for r in rows[:limit]
+        ],
+    }
+
+
+def _search(store: EventStore, tenant: str, thread_id: str, q: RecallQuery, scope: str) -> dict[str, Any]:
+    if not q.query or not q.query.strip():
+        raise ApiError(422, "query_required", "search mode needs a non-empty query")
+    top_k = normalize_limit(q.limit, SEARCH_DEFAULT_TOP_K, SEARCH_MAX_TOP_K)
+    if scope == "resource":
+        current = [r for r in queries.list_threads(store, tenant, limit=10_000) if r.thread_id == thread_id]
+        resource = current[0].resource_id if current else None
+        streams = (
+            [
+                thread_stream_id(tenant, r.thread_id)
+                for r in queries.list_threads(store, tenant, resource_id=resource, limit=10_000)
+            ]
+            if resource is not None
+            else [thread_stream_id(tenant, thread_id)]
+        )
+    else:
+        streams = [thread_stream_id(tenant, thread_id)]
+    hits = queries.search_messages(store, tenant, q.query, stream_ids=streams, limit=top_k)
+    groups: dict[str, dict[str, Any]] = {}
+    for hit in hits:
+        message = hit.message
+        tid = message.stream_id.split("/", 2)[-1]
+        group = groups.setdefault(tid, {"threadId": tid, "current": tid == thread_id, "results": []})
+        preview = " ".join(_part_text(p) for p in message.message.get("parts", []) if isinstance(p, dict))
+        group["results"].append(
+            {
+                "cursor": message.message_id,
+                "role": message.role,
+                "createdAt": message.created_at.isoformat(),
+                "score": round(hit.score, 6),
+                "preview": preview[:300],
+            }
+        )
+    return {
+        "mode": "search",
+        "query": q.query,
+        "topK": top_k,
+        "engine": "fulltext",
+        "threads": list(groups.values()),
+    }

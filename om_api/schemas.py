@@ -1,0 +1,154 @@
+"""Request and response bodies of the HTTP API (snake_case resources; ``data-om-*`` parts keep Mastra's
+camelCase). They are the OpenAPI document's schemas, so clients and schemathesis see the real contract."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~+=-]{0,255}$"
+ID_RULE = "1–256 characters: ASCII letters, digits and . _ : @ ~ + = - (starting with a letter or digit)"
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Part(BaseModel):
+    """A data part framed as the AI SDK frames one in a UI message stream."""
+
+    type: str = Field(examples=["data-om-status"])
+    id: str
+    data: dict[str, Any]
+
+
+class Error(BaseModel):
+    code: str
+    message: str
+    details: dict[str, Any]
+
+
+class ErrorBody(BaseModel):
+    error: Error
+
+
+class ThreadIn(_Body):
+    resource_id: str | None = Field(default=None, max_length=256, pattern=ID_PATTERN)
+    title: str | None = Field(default=None, max_length=1000)
+    metadata: dict[str, Any] | None = None
+    config: dict[str, Any] | None = Field(
+        default=None,
+        description="Memory options (Mastra names) overriding the server profile for this thread",
+    )
+
+
+class Thread(BaseModel):
+    thread_id: str
+    resource_id: str | None
+    title: str | None
+    metadata: dict[str, Any]
+    config: dict[str, Any]
+    version: int
+    updated_at: str | None = None
+
+
+class MessagesIn(_Body):
+    resource_id: str | None = Field(default=None, max_length=256, pattern=ID_PATTERN)
+    messages: list[dict[str, Any]] = Field(
+        min_length=1,
+        max_length=1000,
+        description="OpenAI chat messages or AI SDK UI messages (parts: text, image, file, tool-invocation, "
+        "reasoning, data-*)",
+    )
+
+
+class AppendedOut(BaseModel):
+    message_id: str
+    seq: int
+    tokens: int
+
+
+class AppendOut(BaseModel):
+    thread_id: str
+    version: int
+    appended: list[AppendedOut]
+    duplicates: list[str]
+    status: dict[str, Any]
+    parts: list[Part]
+
+
+class ContextOut(BaseModel):
+    thread_id: str
+    version: int
+    system: list[str]
+    continuation: str | None
+    messages: list[dict[str, Any]]
+    status: dict[str, Any]
+    pending_tokens: int
+    observation_tokens: int
+    warnings: list[str]
+    parts: list[Part]
+
+
+class OpenAIContextOut(BaseModel):
+    thread_id: str
+    version: int
+    messages: list[dict[str, Any]]
+    status: dict[str, Any]
+    warnings: list[str]
+    parts: list[Part]
+
+
+class EventOut(BaseModel):
+    position: int
+    version: int
+    type: str
+    schema_version: int
+    data: dict[str, Any]
+    metadata: dict[str, Any]
+    time: str
+
+
+class EventsOut(BaseModel):
+    thread_id: str
+    events: list[EventOut]
+    next_after: int | None = Field(description="pass as ?after= for the next page; null at the end")
+
+
+class ObservationsOut(BaseModel):
+    thread_id: str
+    version: int
+    generation: int
+    observation_tokens: int
+    log: list[dict[str, Any]]
+    buffered_chunks: list[dict[str, Any]]
+    buffered_reflection: dict[str, Any] | None
+    generations: list[dict[str, Any]]
+    in_flight: dict[str, Any]
+    current_task: str | None
+    suggested_response: str | None
+    stats: dict[str, Any]
+
+
+class CycleIn(_Body):
+    wait: bool = True
+
+
+class CycleOut(BaseModel):
+    thread_id: str
+    cycle_id: str | None
+    outcome: Literal["completed", "failed", "stale", "duplicate", "queued"] | None
+    version: int
+    status: dict[str, Any]
+    parts: list[Part]
+
+
+class ThreadsOut(BaseModel):
+    threads: list[Thread]
+
+
+class RecallOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    mode: str

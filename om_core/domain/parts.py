@@ -1,0 +1,477 @@
+"""Domain events as Mastra's streamed ``data-om-*`` parts (reference §8), with Mastra's camelCase fields.
+
+Pure: a part depends only on the event, the record state just before and just after it, and the record's
+configuration. Front ends written for Mastra (AI SDK UI message streams) read these unchanged. A part is
+framed as the AI SDK frames a data part: ``{"type": "data-om-…", "id": …, "data": {…}}``; the AI SDK
+reconciles parts with the same type and id, so ids are cycle ids (one status id per record: the newest
+status replaces the previous one in a client's message).
+
+Mapping (ours → Mastra):
+- ObservationBufferRequested → data-om-buffering-start (observation); Completed → buffering-end;
+  Failed → buffering-failed.
+- ReflectionRequested buffered → buffering-start (reflection); ReflectionBuffered → buffering-end;
+  ReflectionFailed buffered → buffering-failed.
+- SyncObservationStarted → data-om-observation-start (observation); Completed → observation-end;
+  Failed → observation-failed. ReflectionRequested sync → observation-start (reflection);
+  ReflectionCompleted → observation-end; ReflectionFailed sync → observation-failed.
+- ChunksActivated → one data-om-activation per chunk (cycleId = the chunk's buffering cycle);
+  ReflectionActivated → one data-om-activation (operationType reflection).
+- ThreadTitleChanged → data-om-thread-update.
+Stale results, buffer-run starts, extraction and bookkeeping events have no Mastra counterpart: no part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from om_core.domain.config import MemoryConfig
+from om_core.domain.context import build_status
+from om_core.domain.events import (
+    ChunksActivated,
+    DomainEvent,
+    MessageAppended,
+    ObservationBufferCompleted,
+    ObservationBufferFailed,
+    ObservationBufferRequested,
+    ReflectionActivated,
+    ReflectionBuffered,
+    ReflectionCompleted,
+    ReflectionFailed,
+    ReflectionRequested,
+    SyncObservationCompleted,
+    SyncObservationFailed,
+    SyncObservationStarted,
+    TemporalMarkerInserted,
+    ThreadTitleChanged,
+)
+from om_core.domain.policy import resolve_limits
+from om_core.domain.state import RecordState, fold
+
+Part = dict[str, Any]
+
+STATUS = "data-om-status"
+OBSERVATION_START = "data-om-observation-start"
+OBSERVATION_END = "data-om-observation-end"
+OBSERVATION_FAILED = "data-om-observation-failed"
+BUFFERING_START = "data-om-buffering-start"
+BUFFERING_END = "data-om-buffering-end"
+BUFFERING_FAILED = "data-om-buffering-failed"
+ACTIVATION = "data-om-activation"
+THREAD_UPDATE = "data-om-thread-update"
+
+PART_TYPES = (
+    STATUS,
+    OBSERVATION_START,
+    OBSERVATION_END,
+    OBSERVATION_FAILED,
+    BUFFERING_START,
+    BUFFERING_END,
+    BUFFERING_FAILED,
+    ACTIVATION,
+    THREAD_UPDATE,
+)
+
+# Events whose parts read the state as it was before them (what was in flight, what was buffered).
+_NEEDS_PRIOR = (
+    ChunksActivated,
+    ReflectionActivated,
+    ObservationBufferFailed,
+    SyncObservationFailed,
+    ReflectionFailed,
+    ObservationBufferCompleted,
+    ReflectionBuffered,
+)
+# Events after which the status object can change: a status part follows each of them on the live stream.
+_CHANGES_STATUS = (
+    MessageAppended,
+    TemporalMarkerInserted,
+    ObservationBufferRequested,
+    ObservationBufferCompleted,
+    ObservationBufferFailed,
+    ChunksActivated,
+    SyncObservationCompleted,
+    ReflectionRequested,
+    ReflectionBuffered,
+    ReflectionActivated,
+    ReflectionCompleted,
+    ReflectionFailed,
+)
+
+
+def frame(part_type: str, part_id: str, data: dict[str, Any]) -> Part:
+    return {"type": part_type, "id": part_id, "data": data}
+
+
+def status_part(state: RecordState, config: MemoryConfig, *, step_number: int = 0) -> Part:
+    return frame(STATUS, f"om-status:{state.stream_id}", build_status(state, config, step_number=step_number))
+
+
+def needs_prior_state(event: DomainEvent) -> bool:
+    return isinstance(event, _NEEDS_PRIOR)
+
+
+def changes_status(event: DomainEvent) -> bool:
+    return isinstance(event, _CHANGES_STATUS)
+
+
+def event_parts(
+    event: DomainEvent, before: RecordState | None, after: RecordState, config: MemoryConfig
+) -> list[Part]:
+    """The lifecycle parts one event stands for (status parts excluded), in Mastra's emission order.
+
+    ``before`` may be None only for events where ``needs_prior_state`` is False.
+    """
+    if needs_prior_state(event) and before is None:
+        raise ValueError(f"{event.event_type} parts need the state before the event")
+    ids = {"recordId": after.stream_id, "threadId": after.thread_id}
+    if isinstance(event, ObservationBufferRequested):
+        return [
+            frame(
+                BUFFERING_START,
+                event.cycle_id,
+                {
+                    "cycleId": event.cycle_id,
+                    "operationType": "observation",
+                    "startedAt": event.requested_at,
+                    "tokensToBuffer": event.message_tokens,
+                    **ids,
+                    "threadIds": _thread_ids(after),
+                    "config": _config(config, after),
+                },
+            )
+        ]
+    if isinstance(event, ObservationBufferCompleted):
+        assert before is not None
+        return [
+            frame(
+                BUFFERING_END,
+                event.cycle_id,
+                {
+                    "cycleId": event.cycle_id,
+                    "operationType": "observation",
+                    "completedAt": event.completed_at,
+                    "durationMs": event.duration_ms,
+                    "tokensBuffered": event.message_tokens,
+                    "bufferedTokens": after.chunk_observation_tokens,
+                    "observations": event.observations,
+                    "extractedValues": dict(event.extracted),
+                    "extractionFailures": dict(event.extraction_failures),
+                    **ids,
+                },
+            )
+        ]
+    if isinstance(event, ObservationBufferFailed):
+        assert before is not None
+        flight = before.buffer_in_flight
+        return [
+            _failed(
+                BUFFERING_FAILED,
+                event.cycle_id,
+                "observation",
+                event.failed_at,
+                _since(flight.requested_at if flight else None, event.failed_at),
+                flight.message_tokens if flight else 0,
+                event.error,
+                ids,
+            )
+        ]
+    if isinstance(event, SyncObservationStarted):
+        return [
+            frame(
+                OBSERVATION_START,
+                event.cycle_id,
+                {
+                    "cycleId": event.cycle_id,
+                    "operationType": "observation",
+                    "startedAt": event.started_at,
+                    "tokensToObserve": event.message_tokens,
+                    **ids,
+                    "threadIds": _thread_ids(after),
+                    "config": _config(config, after),
+                },
+            )
+        ]
+    if isinstance(event, SyncObservationCompleted):
+        return [
+            frame(
+                OBSERVATION_END,
+                event.cycle_id,
+                {
+                    "cycleId": event.cycle_id,
+                    "operationType": "observation",
+                    "completedAt": event.completed_at,
+                    "durationMs": event.duration_ms,
+                    "tokensObserved": event.message_tokens,
+                    "observationTokens": event.observation_tokens,
+                    "observations": event.observations,
+                    "currentTask": event.current_task,
+                    "suggestedResponse": event.suggested_response,
+                    "extractedValues": dict(event.extracted),
+                    "extractionFailures": dict(event.extraction_failures),
+                    **ids,
+                },
+            )
+        ]
+    if isinstance(event, SyncObservationFailed):
+        assert before is not None
+        sync = before.sync_in_flight
+        return [
+            _failed(
+                OBSERVATION_FAILED,
+                event.cycle_id,
+                "observation",
+                event.failed_at,
+                _since(sync.started_at if sync else None, event.failed_at),
+                sync.message_tokens if sync else 0,
+                event.error,
+                ids,
+            )
+        ]
+    if isinstance(event, ReflectionRequested):
+        buffered = event.mode == "buffered"
+        return [
+            frame(
+                BUFFERING_START if buffered else OBSERVATION_START,
+                event.cycle_id,
+                {
+                    "cycleId": event.cycle_id,
+                    "operationType": "reflection",
+                    "startedAt": event.requested_at,
+                    ("tokensToBuffer" if buffered else "tokensToObserve"): event.input_tokens,
+                    **ids,
+                    "threadIds": _thread_ids(after),
+                    "config": _config(config, after),
+                },
+            )
+        ]
+    if isinstance(event, ReflectionBuffered):
+        return [
+            frame(
+                BUFFERING_END,
+                event.cycle_id,
+                {
+                    "cycleId": event.cycle_id,
+                    "operationType": "reflection",
+                    "completedAt": event.completed_at,
+                    "durationMs": event.duration_ms,
+                    "tokensBuffered": event.input_tokens,
+                    "bufferedTokens": event.tokens,
+                    "observations": event.text,
+                    "extractedValues": {},
+                    "extractionFailures": {},
+                    **ids,
+                },
+            )
+        ]
+    if isinstance(event, ReflectionCompleted):
+        return [
+            frame(
+                OBSERVATION_END,
+                event.cycle_id,
+                {
+                    "cycleId": event.cycle_id,
+                    "operationType": "reflection",
+                    "completedAt": event.completed_at,
+                    "durationMs": event.duration_ms,
+                    "tokensObserved": event.input_tokens,
+                    "observationTokens": event.tokens,
+                    "observations": event.text,
+                    "currentTask": after.current_task,
+                    "suggestedResponse": after.suggested_response,
+                    "extractedValues": {},
+                    "extractionFailures": {},
+                    **ids,
+                },
+            )
+        ]
+    if isinstance(event, ReflectionFailed):
+        assert before is not None
+        reflecting = before.reflection_in_flight
+        return [
+            _failed(
+                BUFFERING_FAILED if event.mode == "buffered" else OBSERVATION_FAILED,
+                event.cycle_id,
+                "reflection",
+                event.failed_at,
+                _since(reflecting.requested_at if reflecting else None, event.failed_at),
+                reflecting.input_tokens if reflecting else event.observation_tokens,
+                event.error,
+                ids,
+            )
+        ]
+    if isinstance(event, ChunksActivated):
+        assert before is not None
+        return _chunk_activations(event, before, after, config, ids)
+    if isinstance(event, ReflectionActivated):
+        assert before is not None
+        reflection = before.buffered_reflection
+        return [
+            frame(
+                ACTIVATION,
+                event.cycle_id,
+                {
+                    "cycleId": event.cycle_id,
+                    "operationType": "reflection",
+                    "activatedAt": event.activated_at,
+                    "chunksActivated": 1,
+                    "tokensActivated": event.observation_tokens_before,
+                    "observationTokens": event.observation_tokens,
+                    "messagesActivated": 0,
+                    "generationCount": event.new_generation,
+                    "observations": reflection.text if reflection else None,
+                    "triggeredBy": _mastra_trigger(event.triggered_by),
+                    "lastActivityAt": None,
+                    "ttlExpiredMs": None,
+                    "previousModel": None,
+                    "currentModel": None,
+                    **ids,
+                    "config": _config(config, after),
+                },
+            )
+        ]
+    if isinstance(event, ThreadTitleChanged):
+        return [
+            frame(
+                THREAD_UPDATE,
+                event.cycle_id,
+                {
+                    "cycleId": event.cycle_id,
+                    "threadId": event.thread_id,
+                    "oldTitle": event.old_title,
+                    "newTitle": event.new_title,
+                    "timestamp": event.at,
+                },
+            )
+        ]
+    return []
+
+
+def parts_for_events(
+    before: RecordState,
+    events: Sequence[DomainEvent],
+    config: MemoryConfig,
+    *,
+    status_after_each: bool = True,
+) -> list[tuple[int, list[Part]]]:
+    """Fold ``events`` onto ``before`` and return, per event index, its lifecycle parts followed (when it
+    can change them and ``status_after_each``) by the status as of just after it."""
+    out: list[tuple[int, list[Part]]] = []
+    state = before
+    for index, event in enumerate(events):
+        after = fold(state, [event])
+        parts = event_parts(event, state, after, config)
+        if status_after_each and changes_status(event):
+            parts.append(status_part(after, config))
+        out.append((index, parts))
+        state = after
+    return out
+
+
+# --- helpers ----------------------------------------------------------------------------------------------
+
+
+def _chunk_activations(
+    event: ChunksActivated,
+    before: RecordState,
+    after: RecordState,
+    config: MemoryConfig,
+    ids: dict[str, Any],
+) -> list[Part]:
+    chunks = {c.cycle_id: c for c in before.chunks}
+    parts: list[Part] = []
+    for cycle_id in event.cycle_ids:
+        chunk = chunks.get(cycle_id)
+        parts.append(
+            frame(
+                ACTIVATION,
+                cycle_id,
+                {
+                    "cycleId": cycle_id,
+                    "operationType": "observation",
+                    "activatedAt": event.activated_at,
+                    "chunksActivated": 1,
+                    "tokensActivated": chunk.message_tokens if chunk else 0,
+                    "observationTokens": chunk.observation_tokens if chunk else 0,
+                    "messagesActivated": len(chunk.message_ids) if chunk else 0,
+                    "generationCount": after.generation,
+                    "observations": chunk.observations if chunk else None,
+                    "triggeredBy": _mastra_trigger(event.triggered_by),
+                    "lastActivityAt": _epoch_ms(event.last_activity_at),
+                    "ttlExpiredMs": event.ttl_expired_ms,
+                    "previousModel": event.previous_model,
+                    "currentModel": event.current_model,
+                    **ids,
+                    "config": _config(config, after),
+                },
+            )
+        )
+    return parts
+
+
+def _failed(
+    part_type: str,
+    cycle_id: str,
+    operation: str,
+    failed_at: str,
+    duration_ms: float,
+    tokens: int,
+    error: str,
+    ids: dict[str, Any],
+) -> Part:
+    return frame(
+        part_type,
+        cycle_id,
+        {
+            "cycleId": cycle_id,
+            "operationType": operation,
+            "failedAt": failed_at,
+            "durationMs": duration_ms,
+            "tokensAttempted": tokens,
+            "error": error,
+            **ids,
+        },
+    )
+
+
+def _thread_ids(state: RecordState) -> list[str]:
+    return [state.thread_id] if state.thread_id else []
+
+
+def _config(config: MemoryConfig, state: RecordState) -> dict[str, Any]:
+    limits = resolve_limits(config, state)
+    out: dict[str, Any] = {
+        "messageTokens": limits.message_threshold,
+        "observationTokens": limits.observation_threshold,
+        "scope": config.scope,
+    }
+    if config.activate_after_idle is not None:
+        out["activateAfterIdle"] = config.activate_after_idle
+    return out
+
+
+def _mastra_trigger(triggered_by: str) -> str:
+    # Mastra knows threshold, ttl and provider_change; blockAfter and manual activations are threshold-like
+    return triggered_by if triggered_by in ("threshold", "ttl", "provider_change") else "threshold"
+
+
+def _parse(stamp: str | None) -> datetime | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _since(start: str | None, end: str) -> float:
+    begin, finish = _parse(start), _parse(end)
+    if begin is None or finish is None:
+        return 0.0
+    return max(0.0, round((finish - begin).total_seconds() * 1000, 3))
+
+
+def _epoch_ms(stamp: str | None) -> int | None:
+    moment = _parse(stamp)
+    return None if moment is None else int(moment.timestamp() * 1000)

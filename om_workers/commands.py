@@ -1,0 +1,104 @@
+"""CLI verbs of the work path: ``om worker``, ``om beat``, ``om flower``.
+
+Each is a thin front of the Celery program for ``om_workers.app``; configuration comes from the ``OM_*``
+environment like every other process.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+DEFAULT_QUEUES = "om.sync,om.buffer,om.maintenance"
+
+
+def _loopback(address: str) -> bool:
+    return address in ("127.0.0.1", "::1", "localhost")
+
+
+def _celery_app() -> Celery:
+    from om_core.settings import SettingsError
+
+    try:
+        from om_workers.app import create_app
+
+        return create_app()
+    except (SettingsError, ValueError) as error:
+        typer.echo(f"configuration error: {error}", err=True)
+        raise typer.Exit(2) from None
+
+
+def register(app: typer.Typer) -> None:
+    """Add the worker verbs to the ``om`` command line."""
+
+    @app.command()
+    def worker(
+        queues: Annotated[
+            str, typer.Option("--queues", "-Q", help="Comma-separated queues, most urgent first.")
+        ] = DEFAULT_QUEUES,
+        concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1, help="Worker processes.")] = 2,
+        pool: Annotated[str, typer.Option(help="prefork, threads or solo.")] = "prefork",
+        loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
+        hostname: Annotated[str | None, typer.Option(help="Node name (default: om@<host>).")] = None,
+        metrics_port: Annotated[
+            int | None, typer.Option(envvar="OM_WORKER_METRICS_PORT", help="Serve Prometheus metrics here.")
+        ] = None,
+    ) -> None:
+        """Run a Celery worker for om's queues (om.sync first: blocking work is never behind background)."""
+        celery_app = _celery_app()
+        if metrics_port:
+            from om_workers.metrics import start_metrics_server
+
+            start_metrics_server(metrics_port)
+        argv = ["worker", "-Q", queues, "-c", str(concurrency), "-P", pool, "-l", loglevel, "-E"]
+        if hostname:
+            argv += ["-n", hostname]
+        celery_app.worker_main(argv)
+
+    @app.command()
+    def beat(
+        schedule: Annotated[Path, typer.Option(help="Where beat keeps its last-run times.")] = Path(
+            ".om/celerybeat-schedule"
+        ),
+        loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
+    ) -> None:
+        """Run the one beat: outbox re-publish, idle-TTL sweep and stuck-cycle recovery on a schedule."""
+        celery_app = _celery_app()
+        schedule.parent.mkdir(parents=True, exist_ok=True)
+        celery_app.start(["beat", "--schedule", str(schedule), "-l", loglevel])
+
+    @app.command()
+    def flower(
+        port: Annotated[int, typer.Option(min=1, max=65_535)] = 5555,
+        address: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+        no_auth: Annotated[
+            bool, typer.Option("--no-auth", help="Run without basic auth (loopback addresses only).")
+        ] = False,
+    ) -> None:
+        """Run Flower (the Celery monitor) behind basic auth from OM_FLOWER_USER / OM_FLOWER_PASSWORD."""
+        from om_core.settings import ServerSettings, SettingsError
+
+        try:
+            settings = ServerSettings()
+        except SettingsError as error:
+            typer.echo(f"configuration error: {error}", err=True)
+            raise typer.Exit(2) from None
+        argv = ["flower", f"--port={port}", f"--address={address}"]
+        if settings.flower_user and settings.flower_password is not None:
+            # through Flower's environment, not argv: a command line is readable by every local user (ps)
+            os.environ["FLOWER_BASIC_AUTH"] = (
+                f"{settings.flower_user}:{settings.flower_password.get_secret_value()}"
+            )
+        elif not no_auth:
+            typer.echo("refusing to start Flower without OM_FLOWER_USER and OM_FLOWER_PASSWORD", err=True)
+            raise typer.Exit(2)
+        elif not _loopback(address):
+            typer.echo(f"--no-auth is only allowed on a loopback address, not {address}", err=True)
+            raise typer.Exit(2)
+        _celery_app().start(argv)

@@ -1,0 +1,67 @@
+"""Hands committed task requests to Celery right after the commit that wrote them to the outbox."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from celery import Celery
+
+from om_core.application.ports import EventStore, WorkDispatcher
+from om_core.domain.envelope import JSONDict, TaskRequest
+from om_workers import metrics
+
+log = logging.getLogger(__name__)
+
+# One quick reconnect (a pooled connection the broker dropped), then give up: the outbox has the request.
+_PUBLISH_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.1, "interval_max": 0.2}
+
+
+def publish(app: Celery, task_name: str, queue: str, key: str, payload: JSONDict) -> None:
+    """Publish one task request. The outbox key is the Celery task id, so every copy of the same request
+    (a republish, a redelivery) is recognisably the same task in Flower and in the logs."""
+    kwargs: dict[str, Any] = {
+        "stream_id": payload["stream_id"],
+        "cycle_id": payload["cycle_id"],
+        "published_at": time.time(),
+    }
+    app.send_task(task_name, kwargs=kwargs, task_id=key, queue=queue, retry=True, retry_policy=_PUBLISH_RETRY)
+
+
+class CeleryDispatcher(WorkDispatcher):
+    """Publishes after commit; marks outbox rows published only once the broker accepted them.
+
+    Never raises into the caller: the append already succeeded, and a request the broker refused stays in
+    the outbox for the relay (beat) to publish later.
+    """
+
+    runs_inline = False
+
+    def __init__(self, app: Celery, store: EventStore | None = None) -> None:
+        self.app = app
+        self._store = store
+
+    def bind(self, store: EventStore) -> None:
+        self._store = store
+
+    def dispatch(self, tasks: Sequence[TaskRequest]) -> None:
+        published: list[str] = []
+        for task in tasks:
+            try:
+                publish(self.app, task.task_name, task.queue, task.key, task.payload)
+            except Exception as error:
+                # the broker is unreachable: don't make the caller wait on every remaining request
+                metrics.PUBLISH_FAILURES.labels(via="dispatch").inc()
+                log.warning("broker refused %s (%s); the outbox relay will publish it", task.key, error)
+                break
+            published.append(task.key)
+        if not published or self._store is None:
+            return
+        metrics.OUTBOX_PUBLISHED.labels(via="dispatch").inc(len(published))
+        try:
+            self._store.mark_keys_published(published)
+        except Exception as error:
+            # the relay will publish these again; a duplicate delivery is a no-op by (stream, cycle)
+            log.warning("could not mark %d outbox row(s) published: %s", len(published), error)

@@ -1,0 +1,199 @@
+"""Prometheus metrics of the work path: appends, tasks, model calls, queue lag, outbox depth.
+
+The metrics live in prometheus_client's default registry, so a process that also serves HTTP (the API's
+``/metrics``) exposes them with no extra wiring. Workers expose them with ``start_metrics_server``. A prefork
+worker runs tasks in child processes: set ``PROMETHEUS_MULTIPROC_DIR`` and the server aggregates every child
+(prometheus_client's multiprocess mode); without it, use ``--pool threads|solo`` to see task metrics.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+
+from om_core.application.ports import (
+    ConcurrencyError,
+    DuplicateEventError,
+    EventStore,
+    ModelGateway,
+    ModelRequest,
+    ModelResponse,
+    OutboxTask,
+    StoredMessage,
+)
+from om_core.domain.envelope import (
+    AppendResult,
+    JSONDict,
+    NewEvent,
+    RecordedEvent,
+    StateSnapshot,
+    StoredMessageRef,
+    TaskRequest,
+)
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+
+APPENDS = Counter("om_appends_total", "Event-store appends by outcome", ["outcome"])
+APPENDED_EVENTS = Counter("om_appended_events_total", "Events written by successful appends")
+APPEND_SECONDS = Histogram("om_append_seconds", "Duration of an append transaction", buckets=_LATENCY_BUCKETS)
+TASKS = Counter("om_tasks_total", "Tasks run by task name and outcome", ["task", "outcome"])
+TASK_SECONDS = Histogram("om_task_seconds", "Task run time", ["task"], buckets=_LATENCY_BUCKETS)
+TASK_RETRIES = Counter("om_task_retries_total", "Task retries after transient errors", ["task"])
+MODEL_SECONDS = Histogram(
+    "om_model_seconds", "Model call latency by purpose", ["purpose"], buckets=_LATENCY_BUCKETS
+)
+MODEL_ERRORS = Counter("om_model_errors_total", "Failed model calls by purpose", ["purpose"])
+QUEUE_LAG = Histogram(
+    "om_queue_lag_seconds", "From publish to task start, by queue", ["queue"], buckets=_LATENCY_BUCKETS
+)
+OUTBOX_DEPTH = Gauge("om_outbox_depth", "Outbox rows not yet published (as last seen by the relay)")
+OUTBOX_PUBLISHED = Counter("om_outbox_published_total", "Task requests handed to the broker", ["via"])
+PUBLISH_FAILURES = Counter("om_publish_failures_total", "Publishes the broker refused", ["via"])
+MAINTENANCE = Counter("om_maintenance_total", "Beat scan results", ["scan", "result"])
+
+
+def metrics_registry() -> CollectorRegistry:
+    """The registry to expose: every process's metrics under a multiprocess worker, else this process's."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory:
+        return REGISTRY
+    from prometheus_client import multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+    return registry
+
+
+def render_latest() -> tuple[bytes, str]:
+    """The exposition text and its content type, for an HTTP ``/metrics`` handler."""
+    return generate_latest(metrics_registry()), CONTENT_TYPE_LATEST
+
+
+def start_metrics_server(port: int, addr: str = "0.0.0.0") -> None:
+    start_http_server(port, addr=addr, registry=metrics_registry())
+
+
+def observe_queue_lag(queue: str, published_at: float | None) -> None:
+    if published_at is not None:
+        QUEUE_LAG.labels(queue=queue).observe(max(0.0, time.time() - published_at))
+
+
+class MeteredModelGateway(ModelGateway):
+    """Times every model call (the latency includes the gateway's own retries: what the task waited)."""
+
+    def __init__(self, inner: ModelGateway) -> None:
+        self._inner = inner
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        started = time.perf_counter()
+        try:
+            return self._inner.complete(request)
+        except Exception:
+            MODEL_ERRORS.labels(purpose=request.purpose).inc()
+            raise
+        finally:
+            MODEL_SECONDS.labels(purpose=request.purpose).observe(time.perf_counter() - started)
+
+
+class MeteredEventStore(EventStore):
+    """Counts and times appends; every other call goes straight to the wrapped store."""
+
+    def __init__(self, inner: EventStore) -> None:
+        self.inner = inner
+
+    def append(
+        self,
+        stream_id: str,
+        events: Sequence[NewEvent],
+        expected_version: int,
+        *,
+        snapshot: StateSnapshot | None = None,
+        tasks: Sequence[TaskRequest] = (),
+    ) -> AppendResult:
+        started = time.perf_counter()
+        try:
+            result = self.inner.append(stream_id, events, expected_version, snapshot=snapshot, tasks=tasks)
+        except ConcurrencyError:
+            APPENDS.labels(outcome="conflict").inc()
+            raise
+        except DuplicateEventError:
+            APPENDS.labels(outcome="duplicate").inc()
+            raise
+        except Exception:
+            APPENDS.labels(outcome="error").inc()
+            raise
+        APPEND_SECONDS.observe(time.perf_counter() - started)
+        APPENDS.labels(outcome="ok").inc()
+        APPENDED_EVENTS.inc(len(events))
+        return result
+
+    def read_stream(
+        self, stream_id: str, after_version: int = 0, limit: int | None = None
+    ) -> list[RecordedEvent]:
+        return self.inner.read_stream(stream_id, after_version, limit)
+
+    def read_all(self, after_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
+        return self.inner.read_all(after_position, limit)
+
+    def stream_version(self, stream_id: str) -> int:
+        return self.inner.stream_version(stream_id)
+
+    def load_snapshot(self, stream_id: str) -> tuple[JSONDict, int] | None:
+        return self.inner.load_snapshot(stream_id)
+
+    def find_messages(self, stream_id: str, message_ids: Iterable[str]) -> dict[str, StoredMessageRef]:
+        return self.inner.find_messages(stream_id, message_ids)
+
+    def find_event(self, event_id: uuid.UUID) -> RecordedEvent | None:
+        return self.inner.find_event(event_id)
+
+    def delete_stream(self, stream_id: str) -> int:
+        return self.inner.delete_stream(stream_id)
+
+    def read_messages(
+        self,
+        stream_id: str,
+        *,
+        thread_id: str | None = None,
+        cursor: tuple[datetime, str] | None = None,
+        backward: bool = False,
+        limit: int = 50,
+    ) -> list[StoredMessage]:
+        return self.inner.read_messages(
+            stream_id, thread_id=thread_id, cursor=cursor, backward=backward, limit=limit
+        )
+
+    def list_stream_ids(self, prefix: str = "", *, after: str = "", limit: int = 1000) -> list[str]:
+        return self.inner.list_stream_ids(prefix, after=after, limit=limit)
+
+    def iter_streams(self, prefix: str = "") -> Iterator[str]:
+        return self.inner.iter_streams(prefix)
+
+    def replace_snapshot(self, stream_id: str, snapshot: StateSnapshot, version: int) -> None:
+        self.inner.replace_snapshot(stream_id, snapshot, version)
+
+    def fetch_unpublished_tasks(self, limit: int = 100, older_than_seconds: float = 0.0) -> list[OutboxTask]:
+        return self.inner.fetch_unpublished_tasks(limit, older_than_seconds)
+
+    def mark_tasks_published(self, ids: Sequence[int]) -> int:
+        return self.inner.mark_tasks_published(ids)
+
+    def mark_keys_published(self, keys: Sequence[str]) -> int:
+        return self.inner.mark_keys_published(keys)
+
+    def list_streams_with_pending_work(self, *, after: str = "", limit: int = 500) -> list[str]:
+        return self.inner.list_streams_with_pending_work(after=after, limit=limit)

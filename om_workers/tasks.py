@@ -1,0 +1,182 @@
+"""Celery tasks: thin wrappers around the use cases. No business logic lives here.
+
+Each model task carries (stream id, cycle id) and calls ``run_task``, which is idempotent on that pair: a
+redelivered or duplicated message finds the cycle's outcome already recorded and returns DUPLICATE, and a
+result for messages observed meanwhile is recorded as stale. Transient store errors (the database dropped
+the connection, a failover) are retried with exponential backoff and full jitter, a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+from celery import Celery, Task
+from celery.signals import worker_init, worker_process_init
+from sqlalchemy.exc import OperationalError
+
+from om_core.application.ports import StoreUnavailableError
+from om_core.application.records import TASK_OBSERVE_BUFFER, TASK_OBSERVE_SYNC, TASK_REFLECT, Deps
+from om_core.application.work import run_task
+from om_core.settings import ServerSettings, read_profile
+from om_workers import metrics
+from om_workers.app import TASK_RELAY_OUTBOX, TASK_SWEEP, WorkerSettings
+from om_workers.beat import LOCK_RELAY, scan_lock, sweep
+from om_workers.dispatcher import CeleryDispatcher
+from om_workers.relay import relay_outbox
+
+log = logging.getLogger(__name__)
+
+RETRYABLE: tuple[type[BaseException], ...] = (StoreUnavailableError, OperationalError)
+_RUNTIMES: list[WorkerRuntime] = []
+
+
+class WorkerRuntime:
+    """The Deps a worker process runs tasks with: built on first use, in the process that uses them.
+
+    A prefork child must not inherit its parent's database connections, so ``worker_process_init`` drops
+    whatever the parent may have built and the child builds its own.
+    """
+
+    def __init__(
+        self, app: Celery, settings: ServerSettings, worker: WorkerSettings, deps: Deps | None = None
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.worker = worker
+        self._deps = deps
+        self._owned = deps is None
+        self._lock = threading.Lock()
+        _RUNTIMES.append(self)
+
+    def deps(self) -> Deps:
+        if self._deps is None:
+            with self._lock:
+                if self._deps is None:
+                    self._deps = build_worker_deps(self.app, self.settings)
+        return self._deps
+
+    def reset_after_fork(self) -> None:
+        if self._owned:
+            self._deps = None
+
+
+def build_worker_deps(app: Celery, settings: ServerSettings, *, migrate: bool = False) -> Deps:
+    """Deps for a process that publishes to ``app``: metered store and models, the Celery dispatcher."""
+    from om_core.adapters.models.litellm_gateway import LiteLLMGateway
+    from om_core.bootstrap import build_deps
+
+    dispatcher = CeleryDispatcher(app)
+    deps = build_deps(
+        database_url=settings.database_url,
+        dispatcher=dispatcher,
+        profile=read_profile(settings.profile) if settings.profile else None,
+        models=metrics.MeteredModelGateway(LiteLLMGateway()),
+        migrate=migrate,
+        max_message_bytes=settings.max_message_bytes,
+        sync_wait_seconds=settings.sync_wait_seconds,
+    )
+    deps.store = metrics.MeteredEventStore(deps.store)
+    dispatcher.bind(deps.store)
+    return deps
+
+
+def warm_up() -> None:
+    """Pay first-use costs now, not in the first task (perhaps a synchronous one a reader waits for):
+    litellm's import and first completion, and the tokenizer. In the prefork parent this happens once and
+    every child inherits it."""
+    from om_core.adapters.models.litellm_gateway import LiteLLMGateway, load_litellm
+    from om_core.application.ports import ModelRequest
+    from om_core.application.records import counter_for
+    from om_core.domain.config import parse_memory_config
+
+    load_litellm()
+    counter_for(parse_memory_config({})).count_text("warm up")
+    try:
+        # the local provider: no network, no key, and it runs litellm's whole completion path once
+        LiteLLMGateway().complete(
+            ModelRequest(
+                model="om-local/extractive",
+                messages=[{"role": "user", "content": "## New message history to observe\n\nUser: hi"}],
+                purpose="observer",
+            )
+        )
+    except Exception as error:  # a warm-up failure only costs the first task some time
+        log.debug("model warm-up failed: %s", error)
+
+
+@worker_init.connect  # type: ignore[untyped-decorator]
+def _before_fork(**_: Any) -> None:
+    # in the prefork parent, so every child inherits the imported modules
+    warm_up()
+
+
+@worker_process_init.connect  # type: ignore[untyped-decorator]
+def _after_fork(**_: Any) -> None:
+    for runtime in _RUNTIMES:
+        runtime.reset_after_fork()
+
+
+def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
+    worker = runtime.worker
+    retry_options: dict[str, Any] = {
+        "bind": True,
+        "autoretry_for": RETRYABLE,
+        "retry_backoff": 1,
+        "retry_backoff_max": worker.retry_backoff_max,
+        "retry_jitter": True,
+        "max_retries": worker.max_retries,
+        "acks_late": True,
+        "reject_on_worker_lost": True,
+    }
+
+    def run(task: Task, task_name: str, stream_id: str, cycle_id: str, published_at: float | None) -> str:
+        queue = str((task.request.delivery_info or {}).get("routing_key") or "")
+        if task.request.retries == 0:
+            metrics.observe_queue_lag(queue, published_at)
+        else:
+            metrics.TASK_RETRIES.labels(task=task_name).inc()
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            outcome = run_task(runtime.deps(), task_name, stream_id, cycle_id).value
+            return outcome
+        finally:
+            metrics.TASK_SECONDS.labels(task=task_name).observe(time.perf_counter() - started)
+            metrics.TASKS.labels(task=task_name, outcome=outcome).inc()
+            log.info("%s %s %s: %s", task_name, stream_id, cycle_id, outcome)
+
+    @app.task(name=TASK_OBSERVE_BUFFER, **retry_options)  # type: ignore[untyped-decorator]
+    def observe_buffer(self: Task, stream_id: str, cycle_id: str, published_at: float | None = None) -> str:
+        return run(self, TASK_OBSERVE_BUFFER, stream_id, cycle_id, published_at)
+
+    @app.task(name=TASK_OBSERVE_SYNC, **retry_options)  # type: ignore[untyped-decorator]
+    def observe_sync(self: Task, stream_id: str, cycle_id: str, published_at: float | None = None) -> str:
+        return run(self, TASK_OBSERVE_SYNC, stream_id, cycle_id, published_at)
+
+    @app.task(name=TASK_REFLECT, **retry_options)  # type: ignore[untyped-decorator]
+    def reflect(self: Task, stream_id: str, cycle_id: str, published_at: float | None = None) -> str:
+        return run(self, TASK_REFLECT, stream_id, cycle_id, published_at)
+
+    @app.task(name=TASK_RELAY_OUTBOX, ignore_result=True)  # type: ignore[untyped-decorator]
+    def relay() -> dict[str, int]:
+        deps = runtime.deps()
+        with scan_lock(deps.store, LOCK_RELAY) as locked:
+            if not locked:
+                metrics.MAINTENANCE.labels(scan="relay", result="skipped").inc()
+                return {"skipped": 1}
+            report = relay_outbox(app, deps.store, older_than_seconds=worker.republish_after)
+        metrics.MAINTENANCE.labels(scan="relay", result="ok").inc()
+        return {"found": report.found, "published": report.published, "failed": report.failed}
+
+    @app.task(name=TASK_SWEEP, ignore_result=True)  # type: ignore[untyped-decorator]
+    def sweep_task() -> dict[str, int]:
+        report = sweep(runtime.deps(), stuck_after=timedelta(seconds=worker.stuck_after))
+        return {
+            "scanned": report.scanned,
+            "activated": len(report.activated),
+            "recovered": len(report.recovered),
+        }

@@ -1,0 +1,93 @@
+"""HTTP end-to-end fixtures: a scratch Postgres database per module (migrated to head), or a SQLite file,
+the app built by ``create_app`` over the inline executor, and an httpx client on the ASGI app."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from om_api.app import create_app
+from om_core.adapters.inline_dispatcher import InlineDispatcher
+from om_core.adapters.store.migrations import upgrade_to_head
+from om_core.application.records import Deps
+from om_core.bootstrap import build_inline
+from om_core.settings import ServerSettings
+
+PG_SERVER = os.environ.get("OM_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+# Small budgets so a few dozen turns go through buffering, activation and reflection.
+PROFILE: dict[str, Any] = {
+    "model": "om-local/extractive",
+    "observation": {"messageTokens": 1_200, "bufferTokens": 0.25, "bufferActivation": 0.8, "blockAfter": 1.5},
+    "reflection": {"observationTokens": 500, "bufferActivation": 0.5, "blockAfter": 1.2},
+}
+KEYS = {"key-alpha": "alpha", "key-beta": "beta"}
+AUTH_A = {"Authorization": "Bearer key-alpha"}
+AUTH_B = {"Authorization": "Bearer key-beta"}
+
+
+def scratch_postgres() -> Iterator[str]:
+    name = f"om_e2e_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = psycopg.connect(PG_SERVER, autocommit=True)
+    except psycopg.OperationalError as error:
+        pytest.skip(f"no Postgres at {PG_SERVER}: {error}")
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    base = PG_SERVER.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
+    url = f"{base}/{name}"
+    upgrade_to_head(url)
+    try:
+        yield url
+    finally:
+        with psycopg.connect(PG_SERVER, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    yield from scratch_postgres()
+
+
+@pytest.fixture(scope="module")
+def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path: Path = tmp_path_factory.mktemp("om") / "om.sqlite3"
+    return f"sqlite:///{path}"
+
+
+def make_settings(url: str, **overrides: Any) -> ServerSettings:
+    values: dict[str, Any] = {"database_url": url, "api_keys": ",".join(f"{k}={t}" for k, t in KEYS.items())}
+    values.update(overrides)
+    return ServerSettings(**values)
+
+
+def build(url: str, *, background: bool = True, **settings: Any) -> tuple[Any, Deps, InlineDispatcher]:
+    deps, dispatcher = build_inline(database_url=url, profile=PROFILE, background=background, migrate=True)
+    server_settings = make_settings(url, **settings)
+    deps.max_message_bytes = server_settings.max_message_bytes
+    # the inline executor leaves om.sync work to the reader: no worker will deliver it, so don't wait
+    deps.sync_wait_seconds = 0.0
+    app = create_app(server_settings, deps, sse_poll_interval=0.05, sse_heartbeat_interval=0.5)
+    return app, deps, dispatcher
+
+
+@pytest.fixture(scope="module")
+def pg_app(pg_url: str) -> Iterator[tuple[Any, Deps, InlineDispatcher]]:
+    app, deps, dispatcher = build(pg_url)
+    yield app, deps, dispatcher
+    dispatcher.close()
+
+
+@pytest.fixture(scope="module")
+def client(pg_app: tuple[Any, Deps, InlineDispatcher]) -> Iterator[TestClient]:
+    with TestClient(pg_app[0], raise_server_exceptions=False) as test_client:
+        yield test_client

@@ -1,0 +1,731 @@
+"""The event store contract, run against SQLite and Postgres alike.
+
+``EventStoreContract`` holds every behaviour; the two subclasses only say how to get a migrated database.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from om_core.adapters.store import SqlEventStore, create_event_store
+from om_core.adapters.store.migrations import upgrade_to_head
+from om_core.adapters.store.schema import events as events_table
+from om_core.adapters.store.schema import outbox as outbox_table
+from om_core.application.ports import (
+    ConcurrencyError,
+    DuplicateEventError,
+    DuplicateMessageError,
+    MessageConflictError,
+    StoreUnavailableError,
+)
+from om_core.domain.envelope import NewEvent, RecordedEvent, StateSnapshot, TaskRequest
+from om_core.domain.upcasting import Upcasters
+
+
+def new_stream(kind: str = "thread") -> str:
+    return f"acme/{kind}/{uuid.uuid4().hex}"
+
+
+def event(n: int = 0, event_type: str = "Noted", **data: Any) -> NewEvent:
+    return NewEvent(event_type, {"n": n, **data}, metadata={"tenant": "acme", "trace_id": f"t{n}"})
+
+
+def message_event(
+    message_id: str,
+    *,
+    seq: int = 1,
+    content_hash: str | None = None,
+    thread_id: str | None = "th-1",
+    created_at: str = "2025-01-02T03:04:05.678Z",
+    text: str = "hello there",
+) -> NewEvent:
+    return NewEvent(
+        "MessageAppended",
+        {
+            "seq": seq,
+            "message_id": message_id,
+            "thread_id": thread_id,
+            "resource_id": None,
+            "role": "user",
+            "created_at": created_at,
+            "model": None,
+            "tokens": 3,
+            "content_hash": content_hash or f"hash-of-{message_id}",
+            "message": {"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]},
+            "text": text,
+        },
+    )
+
+
+def snapshot(**state: Any) -> StateSnapshot:
+    return StateSnapshot(state=state or {"k": 1}, tenant="acme", thread_id="th-1", resource_id="res-1")
+
+
+def task(key: str) -> TaskRequest:
+    return TaskRequest(key=key, task_name="om.observe", queue="om.buffer", payload={"cycle_id": key})
+
+
+def read_everything(store: SqlEventStore) -> list[RecordedEvent]:
+    found: list[RecordedEvent] = []
+    cursor = 0
+    while page := store.read_all(cursor, limit=500):
+        found.extend(page)
+        cursor = page[-1].global_position
+    return found
+
+
+def transactional(store: SqlEventStore) -> sa.Engine:
+    """The store's engine runs in autocommit on Postgres; tests that hold transactions open need this."""
+    return store.engine.execution_options(isolation_level="READ COMMITTED")
+
+
+class EventStoreContract:
+    """Every behaviour of the event store. Subclasses provide a ``store`` fixture on a migrated database."""
+
+    postgres = False
+
+    def outbox_rows(self, store: SqlEventStore, stream_id: str) -> list[Any]:
+        with store.engine.connect() as conn:
+            return list(conn.execute(sa.select(outbox_table).where(outbox_table.c.stream_id == stream_id)))
+
+    # --- appending -------------------------------------------------------------------------------------
+
+    def test_append_to_a_new_stream_starts_at_version_one(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        batch = [event(1), event(2), event(3)]
+        result = store.append(stream, batch, 0)
+
+        assert (result.stream_id, result.first_version, result.last_version) == (stream, 1, 3)
+        assert list(result.global_positions) == sorted(result.global_positions)
+        assert store.stream_version(stream) == 3
+        recorded = store.read_stream(stream)
+        assert [r.stream_version for r in recorded] == [1, 2, 3]
+        assert [r.global_position for r in recorded] == list(result.global_positions)
+        assert [r.event_id for r in recorded] == [e.event_id for e in batch]
+        assert [r.data for r in recorded] == [e.data for e in batch]
+        assert [r.metadata for r in recorded] == [e.metadata for e in batch]
+        assert all(r.event_type == "Noted" and r.schema_version == 1 for r in recorded)
+        for r in recorded:
+            assert r.recorded_at.tzinfo is not None and r.recorded_at.utcoffset() == timedelta(0)
+            assert abs(r.recorded_at - datetime.now(UTC)) < timedelta(minutes=5)
+
+    def test_unknown_stream_is_at_version_zero(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        assert store.stream_version(stream) == 0
+        assert store.read_stream(stream) == []
+        assert store.load_snapshot(stream) is None
+
+    def test_stale_expected_version_is_a_conflict_with_the_actual_version(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        store.append(stream, [event(1), event(2)], 0)
+        for stale in (0, 1):
+            with pytest.raises(ConcurrencyError) as raised:
+                store.append(stream, [event(3)], stale)
+            assert (raised.value.stream_id, raised.value.expected_version) == (stream, stale)
+            assert raised.value.actual_version == 2
+        store.append(stream, [event(3)], 2)
+        assert store.stream_version(stream) == 3
+
+    def test_expected_version_beyond_the_stream_is_a_conflict(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        with pytest.raises(ConcurrencyError) as on_empty:
+            store.append(stream, [event(1)], 1)
+        assert on_empty.value.actual_version == 0
+        store.append(stream, [event(1), event(2), event(3)], 0)
+        with pytest.raises(ConcurrencyError) as gap:
+            store.append(stream, [event(6)], 5)
+        assert gap.value.actual_version == 3
+        assert store.stream_version(stream) == 3
+
+    def test_a_failed_append_writes_nothing(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        store.append(stream, [event(1)], 0, snapshot=snapshot(v=1), tasks=[task(f"{stream}/a")])
+        before = (
+            store.read_stream(stream),
+            store.load_snapshot(stream),
+            store.find_messages(stream, ["m-new"]),
+            len(self.outbox_rows(store, stream)),
+        )
+
+        with pytest.raises(ConcurrencyError):
+            store.append(
+                stream,
+                [event(2), message_event("m-new")],
+                0,
+                snapshot=snapshot(v=2),
+                tasks=[task(f"{stream}/b")],
+            )
+
+        after = (
+            store.read_stream(stream),
+            store.load_snapshot(stream),
+            store.find_messages(stream, ["m-new"]),
+            len(self.outbox_rows(store, stream)),
+        )
+        assert after == before
+        assert before[1] == ({"v": 1}, 1) and before[2] == {} and before[3] == 1
+
+    def test_an_event_id_stored_before_is_a_duplicate_and_nothing_is_written(
+        self, store: SqlEventStore
+    ) -> None:
+        first, second = new_stream(), new_stream()
+        already = event(1)
+        store.append(first, [already], 0)
+
+        with pytest.raises(DuplicateEventError) as raised:
+            store.append(
+                second,
+                [event(0), already, message_event("m1")],
+                0,
+                snapshot=snapshot(),
+                tasks=[task(f"{second}/t")],
+            )
+
+        assert raised.value.event_ids == [str(already.event_id)]
+        assert store.stream_version(second) == 0
+        assert store.load_snapshot(second) is None
+        assert store.find_messages(second, ["m1"]) == {}
+        assert self.outbox_rows(store, second) == []
+
+    def test_retrying_an_append_that_already_committed_reports_the_duplicate(
+        self, store: SqlEventStore
+    ) -> None:
+        stream = new_stream()
+        batch = [event(1), event(2)]
+        store.append(stream, batch, 0)
+        with pytest.raises(DuplicateEventError):
+            store.append(stream, batch, 0)
+
+    def test_invalid_appends_are_refused_before_touching_the_database(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        twice = event(1)
+        with pytest.raises(ValueError):
+            store.append(stream, [], 0)
+        with pytest.raises(ValueError):
+            store.append(stream, [event(1)], -1)
+        with pytest.raises(ValueError):
+            store.append(stream, [twice, twice], 0)
+        with pytest.raises(ValueError):
+            store.append(stream, [NewEvent("MessageAppended", {"message_id": "m"})], 0)
+        assert store.stream_version(stream) == 0
+
+    # --- messages as idempotency keys ------------------------------------------------------------------
+
+    def test_message_projection_rows_are_written_with_the_events(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        result = store.append(
+            stream,
+            [event(1), message_event("m1", seq=1), message_event("m2", seq=2, thread_id="th-2")],
+            0,
+            snapshot=snapshot(),
+        )
+        found = store.find_messages(stream, ["m1", "m2", "m3"])
+        assert set(found) == {"m1", "m2"}
+        assert (found["m1"].content_hash, found["m1"].stream_version) == ("hash-of-m1", 2)
+        assert found["m2"].stream_version == 3
+        assert result.last_version == 3
+
+        [row] = store.read_messages(stream, thread_id="th-2")
+        assert (row.message_id, row.seq, row.role, row.tokens, row.thread_id) == ("m2", 2, "user", 3, "th-2")
+        assert row.resource_id == "res-1"  # from the snapshot when the message names none
+        assert row.created_at == datetime(2025, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+        assert row.message["parts"][0]["text"] == "hello there"
+
+    def test_same_message_id_and_content_is_reported_duplicate(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        store.append(stream, [message_event("m1")], 0)
+        with pytest.raises(DuplicateMessageError) as raised:
+            store.append(stream, [event(2), message_event("m1")], 1, snapshot=snapshot())
+        assert raised.value.message_ids == ["m1"]
+        assert store.stream_version(stream) == 1
+        assert store.load_snapshot(stream) is None
+
+    def test_same_message_id_with_other_content_is_a_conflict(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        store.append(stream, [message_event("m1")], 0)
+        with pytest.raises(MessageConflictError) as raised:
+            store.append(stream, [message_event("m1", content_hash="other")], 1, tasks=[task(f"{stream}/x")])
+        assert (raised.value.stream_id, raised.value.message_id) == (stream, "m1")
+        assert store.stream_version(stream) == 1
+        assert self.outbox_rows(store, stream) == []
+
+    def test_message_ids_repeated_within_one_append(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        with pytest.raises(DuplicateMessageError):
+            store.append(stream, [message_event("m1"), message_event("m1")], 0)
+        with pytest.raises(MessageConflictError):
+            store.append(stream, [message_event("m1"), message_event("m1", content_hash="other")], 0)
+        assert store.stream_version(stream) == 0
+
+    def test_message_ids_are_scoped_to_their_stream(self, store: SqlEventStore) -> None:
+        first, second = new_stream(), new_stream()
+        store.append(first, [message_event("m1")], 0)
+        store.append(second, [message_event("m1", content_hash="other")], 0)
+        assert store.find_messages(second, ["m1"])["m1"].content_hash == "other"
+
+    def test_read_messages_pages_by_time_and_id_both_ways(self, store: SqlEventStore) -> None:
+        stream = new_stream("resource")
+        start = datetime(2025, 3, 1, tzinfo=UTC)
+        batch = [
+            message_event(
+                f"m{i:02d}",
+                seq=i,
+                thread_id="a" if i % 2 else "b",
+                created_at=(start + timedelta(minutes=i // 2)).isoformat(),
+            )
+            for i in range(10)
+        ]
+        store.append(stream, batch, 0)
+        ordered = [m.message_id for m in store.read_messages(stream, limit=100)]
+        assert ordered == [f"m{i:02d}" for i in range(10)]
+
+        first = store.read_messages(stream, limit=4)
+        after = first[-1]
+        second = store.read_messages(stream, cursor=(after.created_at, after.message_id), limit=4)
+        assert [m.message_id for m in first + second] == ordered[:8]
+
+        latest = store.read_messages(stream, backward=True, limit=3)
+        assert [m.message_id for m in latest] == ordered[-3:]
+        before = store.read_messages(
+            stream, cursor=(latest[0].created_at, latest[0].message_id), backward=True, limit=3
+        )
+        assert [m.message_id for m in before] == ordered[4:7]
+        assert [m.message_id for m in store.read_messages(stream, thread_id="b")] == ordered[0::2]
+
+    # --- inline projection -----------------------------------------------------------------------------
+
+    def test_snapshot_is_written_with_the_version_of_its_append(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        store.append(stream, [event(1), event(2)], 0, snapshot=snapshot(step=1))
+        assert store.load_snapshot(stream) == ({"step": 1}, 2)
+        store.append(stream, [event(3)], 2)
+        assert store.load_snapshot(stream) == ({"step": 1}, 2)
+        store.append(stream, [event(4)], 3, snapshot=snapshot(step=2))
+        assert store.load_snapshot(stream) == ({"step": 2}, 4)
+
+    def test_snapshot_json_round_trips_byte_identical_under_sort_keys(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        state = {
+            "zeta": [3, 2, 1, {"b": None, "a": True}],
+            "alpha": {"nested": {"y": -7, "x": 0.1, "w": 1.5e-7}, "list": []},
+            "text": 'naïve 🔴 "quoted" \\ back\nline\ttab \u2028',
+            "big": 2**53 + 1,
+            "neg": -12345678901234,
+            "float": 3.141592653589793,
+            "whole_float": 2.0,
+            "empty": {},
+            "false": False,
+        }
+        store.append(stream, [event(1)], 0, snapshot=snapshot(**state))
+        loaded = store.load_snapshot(stream)
+        assert loaded is not None
+        assert json.dumps(loaded[0], sort_keys=True) == json.dumps(state, sort_keys=True)
+        assert type(loaded[0]["whole_float"]) is float
+
+    def test_replace_snapshot_overwrites_the_projection(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        store.append(stream, [event(1), event(2)], 0, snapshot=snapshot(old=True))
+        store.replace_snapshot(stream, snapshot(rebuilt=True), 2)
+        assert store.load_snapshot(stream) == ({"rebuilt": True}, 2)
+        fresh = new_stream()
+        store.replace_snapshot(fresh, snapshot(rebuilt=True), 0)
+        assert store.load_snapshot(fresh) == ({"rebuilt": True}, 0)
+
+    # --- outbox ----------------------------------------------------------------------------------------
+
+    def test_outbox_rows_are_written_and_a_known_key_is_a_no_op(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        key = f"{stream}/observe/1"
+        store.append(stream, [event(1)], 0, tasks=[task(key), task(f"{stream}/reflect/1")])
+        store.append(stream, [event(2)], 1, tasks=[task(key)])
+        rows = self.outbox_rows(store, stream)
+        assert sorted(r.key for r in rows) == sorted([key, f"{stream}/reflect/1"])
+        assert all(r.published_at is None and r.attempts == 0 for r in rows)
+        assert store.stream_version(stream) == 2
+
+    def test_unpublished_tasks_are_fetched_until_marked_published(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        store.append(stream, [event(1)], 0, tasks=[task(f"{stream}/1"), task(f"{stream}/2")])
+        mine = [t for t in store.fetch_unpublished_tasks(limit=1000) if t.stream_id == stream]
+        assert [t.key for t in mine] == [f"{stream}/1", f"{stream}/2"]
+        assert mine[0].task_name == "om.observe" and mine[0].queue == "om.buffer"
+        assert mine[0].payload == {"cycle_id": f"{stream}/1"}
+        assert mine[0].created_at.tzinfo is not None
+        assert not [
+            t for t in store.fetch_unpublished_tasks(1000, older_than_seconds=3600) if t.stream_id == stream
+        ]
+
+        assert store.mark_tasks_published([mine[0].id]) == 1
+        assert store.mark_tasks_published([mine[0].id]) == 0
+        left = [t.key for t in store.fetch_unpublished_tasks(limit=1000) if t.stream_id == stream]
+        assert left == [f"{stream}/2"]
+
+    def test_tasks_can_be_marked_published_by_key(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        store.append(stream, [event(1)], 0, tasks=[task(f"{stream}/1"), task(f"{stream}/2")])
+        assert store.mark_keys_published([f"{stream}/2", f"{stream}/unknown"]) == 1
+        assert store.mark_keys_published([f"{stream}/2"]) == 0
+        left = [t.key for t in store.fetch_unpublished_tasks(limit=1000) if t.stream_id == stream]
+        assert left == [f"{stream}/1"]
+
+    def test_streams_with_pending_work_are_listed_from_the_projection(self, store: SqlEventStore) -> None:
+        tenant = f"t{uuid.uuid4().hex[:8]}"
+        idle, chunks, cycle = (f"{tenant}/thread/{name}" for name in ("idle", "chunks", "cycle"))
+        store.append(idle, [event(1)], 0, snapshot=snapshot(chunks=[], buffer_in_flight=None))
+        store.append(chunks, [event(1)], 0, snapshot=snapshot(chunks=[{"id": "c1"}]))
+        store.append(cycle, [event(1)], 0, snapshot=snapshot(chunks=[], sync_in_flight={"cycle_id": "x"}))
+        pending = store.list_streams_with_pending_work(after=f"{tenant}/", limit=1000)
+        assert [s for s in pending if s.startswith(f"{tenant}/")] == [chunks, cycle]
+
+    # --- reading ---------------------------------------------------------------------------------------
+
+    def test_read_stream_after_a_version_and_with_a_limit(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        store.append(stream, [event(i) for i in range(1, 11)], 0)
+        assert [r.stream_version for r in store.read_stream(stream, after_version=7)] == [8, 9, 10]
+        assert [r.stream_version for r in store.read_stream(stream, after_version=2, limit=3)] == [3, 4, 5]
+        assert [r.stream_version for r in store.read_stream(stream, limit=2)] == [1, 2]
+        assert store.read_stream(stream, after_version=10) == []
+
+    def test_read_all_returns_every_stream_in_commit_order(self, store: SqlEventStore) -> None:
+        a, b = new_stream(), new_stream()
+        written = [
+            store.append(a, [event(1), event(2)], 0),
+            store.append(b, [event(1)], 0),
+            store.append(a, [event(3)], 2),
+        ]
+        expected = [p for result in written for p in result.global_positions]
+        mine = [e for e in read_everything(store) if e.stream_id in (a, b)]
+        assert [e.global_position for e in mine] == expected
+        assert [(e.stream_id, e.stream_version) for e in mine] == [(a, 1), (a, 2), (b, 1), (a, 3)]
+
+        cursor = mine[1].global_position
+        rest = [e for e in store.read_all(cursor, limit=1000) if e.stream_id in (a, b)]
+        assert [e.global_position for e in rest] == expected[2:]
+        assert len(store.read_all(0, limit=2)) == 2
+
+    def test_find_event_by_id(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        target = event(2)
+        store.append(stream, [event(1), target], 0)
+        found = store.find_event(target.event_id)
+        assert found is not None and (found.stream_id, found.stream_version) == (stream, 2)
+        assert store.find_event(uuid.uuid4()) is None
+
+    def test_stream_ids_by_prefix(self, store: SqlEventStore) -> None:
+        tenant = f"t{uuid.uuid4().hex[:8]}"
+        names = [f"{tenant}/thread/a", f"{tenant}/thread/b", f"{tenant}/resource/r", f"{tenant}_x/thread/c"]
+        for name in names:
+            store.append(name, [event(1)], 0)
+        assert store.list_stream_ids(f"{tenant}/thread/") == [f"{tenant}/thread/a", f"{tenant}/thread/b"]
+        assert store.list_stream_ids(f"{tenant}/", after=f"{tenant}/thread/a") == [f"{tenant}/thread/b"]
+        # '_' and '%' in a prefix are literal characters, not LIKE wildcards.
+        assert store.list_stream_ids(f"{tenant}_") == [f"{tenant}_x/thread/c"]
+        assert store.list_stream_ids(f"{tenant}%") == []
+        assert list(store.iter_streams(f"{tenant}/")) == sorted(names[:3])
+
+    # --- erasing ---------------------------------------------------------------------------------------
+
+    def test_delete_stream_removes_events_projection_messages_and_queued_work(
+        self, store: SqlEventStore
+    ) -> None:
+        stream, other = new_stream(), new_stream()
+        store.append(
+            stream,
+            [event(1), message_event("m1")],
+            0,
+            snapshot=snapshot(),
+            tasks=[task(f"{stream}/sent"), task(f"{stream}/queued")],
+        )
+        store.append(other, [message_event("m1")], 0, snapshot=snapshot(), tasks=[task(f"{other}/queued")])
+        sent = next(t for t in store.fetch_unpublished_tasks(1000) if t.key == f"{stream}/sent")
+        store.mark_tasks_published([sent.id])
+
+        assert store.delete_stream(stream) == 2
+
+        assert store.read_stream(stream) == []
+        assert store.stream_version(stream) == 0
+        assert store.load_snapshot(stream) is None
+        assert store.find_messages(stream, ["m1"]) == {}
+        assert store.read_messages(stream) == []
+        assert [r.key for r in self.outbox_rows(store, stream)] == [f"{stream}/sent"]
+        assert all(e.stream_id != stream for e in read_everything(store))
+        assert store.stream_version(other) == 1 and store.load_snapshot(other) is not None
+        assert store.find_messages(other, ["m1"]) and len(self.outbox_rows(store, other)) == 1
+        assert store.delete_stream(stream) == 0
+        store.append(stream, [event(1)], 0)
+        assert store.stream_version(stream) == 1
+
+    def test_positions_are_not_reused_after_a_delete(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        result = store.append(stream, [event(1)], 0)
+        store.delete_stream(stream)
+        again = store.append(new_stream(), [event(1)], 0)
+        assert again.global_positions[0] > result.global_positions[0]
+
+    # --- upcasting -------------------------------------------------------------------------------------
+
+    def test_upcasters_bring_old_events_to_the_current_schema_on_read(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        old = NewEvent("ThreadTitled", {"name": "Trip"}, schema_version=1)
+        current = NewEvent("ThreadTitled", {"title": "Plans", "source": "user"}, schema_version=2)
+        store.append(stream, [old, current], 0)
+
+        upcasters = Upcasters()
+
+        @upcasters.step("ThreadTitled", 1)
+        def rename_name_to_title(data: dict[str, Any]) -> dict[str, Any]:
+            data["title"] = data.pop("name")
+            return data
+
+        upcasters.register("ThreadTitled", 2, lambda data: {**data, "source": data.get("source", "unknown")})
+        reader = SqlEventStore(store.engine, upcasters=upcasters)
+
+        expected = [{"title": "Trip", "source": "unknown"}, {"title": "Plans", "source": "user"}]
+        assert [(e.schema_version, e.data) for e in reader.read_stream(stream)] == [(3, d) for d in expected]
+        from_all = [e for e in read_everything(reader) if e.stream_id == stream]
+        assert [e.data for e in from_all] == expected
+        found = reader.find_event(old.event_id)
+        assert found is not None and found.data == expected[0]
+        # The stored event is untouched: a store without upcasters still reads version 1.
+        assert store.read_stream(stream)[0].data == {"name": "Trip"}
+
+    # --- concurrency -----------------------------------------------------------------------------------
+
+    def test_two_writers_on_one_stream_give_exactly_one_conflict(self, store: SqlEventStore) -> None:
+        for _ in range(15):
+            stream = new_stream()
+            store.append(stream, [event(0)], 0)
+            barrier = threading.Barrier(2)
+            outcomes: list[str] = []
+
+            def write(
+                n: int,
+                stream: str = stream,
+                barrier: threading.Barrier = barrier,
+                outcomes: list[str] = outcomes,
+            ) -> None:
+                barrier.wait()
+                try:
+                    store.append(stream, [event(n)], 1, snapshot=snapshot(writer=n))
+                    outcomes.append("ok")
+                except ConcurrencyError as conflict:
+                    assert conflict.actual_version == 2
+                    outcomes.append("conflict")
+
+            threads = [threading.Thread(target=write, args=(n,)) for n in (1, 2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert sorted(outcomes) == ["conflict", "ok"]
+            assert store.stream_version(stream) == 2
+            state = store.load_snapshot(stream)
+            assert state is not None and state[1] == 2
+            assert state[0]["writer"] == store.read_stream(stream)[-1].data["n"]
+
+    def slow_writer(self, store: SqlEventStore, stop: threading.Event) -> list[uuid.UUID]:
+        """Ids of events written by transactions held open while others commit.
+
+        Only a backend whose positions can commit out of order needs this; SQLite commits one writer at a
+        time in position order, so by default there are none.
+        """
+        return []
+
+    def test_concurrent_writers_and_a_tailing_reader_lose_nothing(self, store: SqlEventStore) -> None:
+        shared = [new_stream("shared") for _ in range(3)]
+        written: list[uuid.UUID] = []
+        written_lock = threading.Lock()
+        stop_reader = threading.Event()
+        failures: list[BaseException] = []
+        seen: list[RecordedEvent] = []
+
+        def writer(index: int) -> None:
+            rng = random.Random(index)
+            own = new_stream()
+            versions: dict[str, int] = defaultdict(int)
+            try:
+                for n in range(40):
+                    stream = own if n % 2 else rng.choice(shared)
+                    while True:
+                        batch = [event(n) for _ in range(rng.randint(1, 3))]
+                        try:
+                            store.append(stream, batch, versions[stream], snapshot=snapshot(n=n))
+                        except ConcurrencyError as conflict:
+                            versions[stream] = conflict.actual_version or 0
+                            continue
+                        versions[stream] += len(batch)
+                        with written_lock:
+                            written.extend(e.event_id for e in batch)
+                        break
+            except BaseException as error:
+                failures.append(error)
+
+        start = store.read_all(0, limit=1_000_000)
+        cursor = start[-1].global_position if start else 0
+
+        def reader() -> None:
+            position = cursor
+            try:
+                while True:
+                    done = stop_reader.is_set()
+                    page = store.read_all(position, limit=200)
+                    seen.extend(page)
+                    if page:
+                        position = page[-1].global_position
+                    elif done:
+                        return
+                    else:
+                        time.sleep(0.002)
+            except BaseException as error:
+                failures.append(error)
+
+        slow_stop = threading.Event()
+        slow_result: list[uuid.UUID] = []
+        slow = threading.Thread(target=lambda: slow_result.extend(self.slow_writer(store, slow_stop)))
+        tail = threading.Thread(target=reader)
+        writers = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+        tail.start()
+        slow.start()
+        for thread in writers:
+            thread.start()
+        for thread in writers:
+            thread.join()
+        slow_stop.set()
+        slow.join()
+        stop_reader.set()
+        tail.join()
+
+        assert not failures, failures
+        expected_ids = set(written) | set(slow_result)
+        seen_ids = [e.event_id for e in seen]
+        assert len(seen_ids) == len(set(seen_ids)), "an event was delivered twice"
+        assert set(seen_ids) == expected_ids
+        by_stream: dict[str, list[int]] = defaultdict(list)
+        for e in seen:
+            by_stream[e.stream_id].append(e.stream_version)
+        for versions in by_stream.values():
+            assert versions == list(range(1, len(versions) + 1))
+        if not self.postgres:
+            positions = [e.global_position for e in seen]
+            assert positions == sorted(positions)
+        for stream in shared:
+            assert store.stream_version(stream) == len(by_stream[stream])
+
+
+class TestSqliteEventStore(EventStoreContract):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[SqlEventStore]:
+        url = f"sqlite:///{tmp_path / 'nested' / 'om.db'}"
+        upgrade_to_head(url)
+        store = create_event_store(url)
+        yield store
+        store.close()
+
+    def test_database_runs_in_wal_mode(self, store: SqlEventStore) -> None:
+        with store.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+
+
+@pytest.mark.integration
+class TestPostgresEventStore(EventStoreContract):
+    postgres = True
+
+    @pytest.fixture
+    def store(self, migrated_postgres_url: str) -> Iterator[SqlEventStore]:
+        store = create_event_store(migrated_postgres_url, pool_size=12)
+        yield store
+        store.close()
+
+    def slow_writer(self, store: SqlEventStore, stop: threading.Event) -> list[uuid.UUID]:
+        """Raw transactions that take a position, sleep while others commit later positions, then commit."""
+        stream = new_stream("slow")
+        ids: list[uuid.UUID] = []
+        version = 0
+        while not stop.is_set():
+            event_id = uuid.uuid4()
+            with transactional(store).connect() as conn, conn.begin():
+                conn.execute(
+                    sa.insert(events_table).values(
+                        stream_id=stream,
+                        stream_version=version + 1,
+                        event_id=event_id,
+                        event_type="Slow",
+                        schema_version=1,
+                        data={"n": version},
+                        metadata={},
+                    )
+                )
+                conn.exec_driver_sql("SELECT pg_sleep(0.03)")
+            version += 1
+            ids.append(event_id)
+        return ids
+
+    def test_reader_never_skips_a_lower_position_committed_late(self, store: SqlEventStore) -> None:
+        """A transaction with the older transaction id may take the higher position. Reading positions in
+        order with the oldest-open-transaction filter alone would step past the lower one; the store
+        delivers both, each once."""
+        early, late = new_stream(), new_stream()
+        start = read_everything(store)
+        cursor = start[-1].global_position if start else 0
+
+        def insert(conn: sa.Connection, stream: str) -> int:
+            statement = (
+                sa.insert(events_table)
+                .values(
+                    stream_id=stream,
+                    stream_version=1,
+                    event_id=uuid.uuid4(),
+                    event_type="Noted",
+                    schema_version=1,
+                    data={},
+                    metadata={},
+                )
+                .returning(events_table.c.global_position)
+            )
+            return int(conn.execute(statement).scalar_one())
+
+        engine = transactional(store)
+        with engine.connect() as older, engine.connect() as younger:
+            older.begin()
+            older.exec_driver_sql("SELECT pg_current_xact_id()")  # the older transaction id
+            younger.begin()
+            low = insert(younger, late)
+            high = insert(older, early)
+            assert low < high
+            older.commit()
+
+            first = [e for e in store.read_all(cursor) if e.stream_id in (early, late)]
+            assert [e.global_position for e in first] == [high]
+            with store.engine.connect() as naive:
+                visible = naive.execute(
+                    sa.select(events_table.c.global_position).where(
+                        events_table.c.global_position > cursor,
+                        events_table.c.stream_id.in_([early, late]),
+                    )
+                )
+                assert [p for (p,) in visible] == [high]  # a plain position cursor would now be past ``low``
+            younger.commit()
+
+        second = [e for e in store.read_all(first[-1].global_position) if e.stream_id in (early, late)]
+        assert [e.global_position for e in second] == [low]
+
+    def test_unreachable_database_raises_store_unavailable(self) -> None:
+        store = create_event_store("postgresql+psycopg://postgres@127.0.0.1:1/nowhere?connect_timeout=2")
+        with pytest.raises(StoreUnavailableError):
+            store.stream_version("acme/thread/x")
+        with pytest.raises(StoreUnavailableError):
+            store.append("acme/thread/x", [event(1)], 0)
+        store.close()

@@ -1,0 +1,173 @@
+"""The application use cases end to end on both backends, with the local model through litellm."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from om_core.adapters.store.migrations import upgrade_to_head
+from om_core.application.append import append_messages, configure_thread
+from om_core.application.context import ObservationFailedError, get_context
+from om_core.application.ports import MessageConflictError
+from om_core.application.projections import canonical, rebuild_projections, replay_context
+from om_core.application.records import Deps, RecordNotFoundError, load_state, replay_state, thread_stream_id
+from om_core.bootstrap import build_inline
+from om_core.domain.config import ConfigError
+from om_core.domain.message_input import MessageValidationError
+from tests.integration.store.conftest import create_postgres_database, drop_postgres_database
+
+PROFILE: dict[str, Any] = {
+    "model": "om-local/extractive",
+    "observation": {"messageTokens": 600, "bufferTokens": 0.2, "blockAfter": 1.3},
+    "reflection": {"observationTokens": 400},
+    "modelRetry": {"maxRetries": 0},
+}
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def deps(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deps]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'om.sqlite3'}"
+        built, dispatcher = build_inline(database_url=url, profile=PROFILE)
+        yield built
+        dispatcher.close()
+        return
+    url = create_postgres_database("om_test_usecases")
+    try:
+        upgrade_to_head(url)
+        built, dispatcher = build_inline(database_url=url, profile=PROFILE, migrate=False)
+        yield built
+        dispatcher.close()
+    finally:
+        drop_postgres_database(url)
+
+
+def user(i: int, text: str | None = None) -> dict[str, Any]:
+    return {
+        "id": f"u{i}",
+        "role": "user",
+        "content": text or f"My colleague number {i} is called Person{i} and works in Office {i * 7}.",
+        "createdAt": f"2026-03-02T10:{i // 60:02d}:{i % 60:02d}Z",
+    }
+
+
+def test_append_counts_tokens_once_and_reports_duplicates(deps: Deps) -> None:
+    first = append_messages(deps, tenant="a", thread_id="t", messages=[user(1), user(2)])
+    assert [m.message_id for m in first.appended] == ["u1", "u2"]
+    assert all(m.tokens > 10 for m in first.appended)
+    again = append_messages(deps, tenant="a", thread_id="t", messages=[user(2), user(3)])
+    assert again.duplicates == ["u2"] and [m.message_id for m in again.appended] == ["u3"]
+    state = load_state(deps.store, thread_stream_id("a", "t"))
+    assert [m.message_id for m in state.window] == ["u1", "u2", "u3"]
+
+
+def test_untimed_resend_is_a_duplicate_and_changed_content_a_conflict(deps: Deps) -> None:
+    untimed = {"id": "x", "role": "user", "content": "hello there"}
+    append_messages(deps, tenant="a", thread_id="t", messages=[untimed])
+    assert append_messages(deps, tenant="a", thread_id="t", messages=[untimed]).duplicates == ["x"]
+    with pytest.raises(MessageConflictError):
+        append_messages(deps, tenant="a", thread_id="t", messages=[{**untimed, "content": "changed"}])
+    assert load_state(deps.store, thread_stream_id("a", "t")).stats.messages == 1
+
+
+def test_a_bad_message_rejects_the_whole_request_and_stores_nothing(deps: Deps) -> None:
+    append_messages(deps, tenant="a", thread_id="t", messages=[user(1)])
+    before = deps.store.stream_version(thread_stream_id("a", "t"))
+    with pytest.raises(MessageValidationError) as error:
+        append_messages(deps, tenant="a", thread_id="t", messages=[user(2), {"role": "wizard", "content": "x"}])
+    assert "messages[1]" in str(error.value)
+    assert deps.store.stream_version(thread_stream_id("a", "t")) == before
+
+
+def test_invalid_thread_config_is_rejected_and_nothing_stored(deps: Deps) -> None:
+    with pytest.raises(ConfigError) as error:
+        configure_thread(deps, tenant="a", thread_id="t", config={"observation": {"bufferActivation": 5}})
+    assert "observation.bufferActivation" in str(error.value)
+    assert deps.store.stream_version(thread_stream_id("a", "t")) == 0
+
+
+def test_long_conversation_stays_bounded_and_replays_exactly(deps: Deps) -> None:
+    for i in range(60):
+        append_messages(deps, tenant="a", thread_id="t", messages=[user(i)])
+        window = get_context(deps, tenant="a", thread_id="t")
+        assert window.pending_tokens < 780  # blockAfter = 1.3 × 600
+    state = load_state(deps.store, thread_stream_id("a", "t"))
+    assert state.stats.activations >= 1 and state.observation_tokens > 0
+    assert canonical(replay_state(deps.store, state.stream_id).to_json()) == canonical(state.to_json())
+    report = rebuild_projections(deps.store, verify_only=True)
+    assert report.mismatched == [] and report.identical >= 1
+
+
+def test_time_travel_returns_the_context_of_a_fresh_fold(deps: Deps) -> None:
+    for i in range(30):
+        append_messages(deps, tenant="a", thread_id="t", messages=[user(i)])
+        get_context(deps, tenant="a", thread_id="t")
+    stream_id = thread_stream_id("a", "t")
+    version = deps.store.stream_version(stream_id)
+    for at in (1, version // 3, version // 2, version):
+        past = get_context(deps, tenant="a", thread_id="t", at_version=at)
+        fresh = replay_context(deps.store, stream_id, to_version=at, profile=deps.profile)
+        assert past.version == at == fresh["version"]
+        assert past.system == fresh["system"] and past.messages == fresh["messages"]
+    with pytest.raises(RecordNotFoundError):
+        get_context(deps, tenant="a", thread_id="missing")
+
+
+def _failing(deps: Deps, policy: str) -> None:
+    configure_thread(
+        deps,
+        tenant="a",
+        thread_id="t",
+        config={"failurePolicy": policy, "observation": {"providerOptions": {"omLocal": {"errorRate": 1.0}}}},
+    )
+
+
+def test_failure_policy_abort_fails_the_read_and_keeps_every_message(deps: Deps) -> None:
+    _failing(deps, "abort")
+    for i in range(40):
+        append_messages(deps, tenant="a", thread_id="t", messages=[user(i)])
+    with pytest.raises(ObservationFailedError):
+        get_context(deps, tenant="a", thread_id="t")
+    state = load_state(deps.store, thread_stream_id("a", "t"))
+    assert len(state.window) == 40 and state.observed_seq == 0
+    configure_thread(deps, tenant="a", thread_id="t", config={})  # the model recovers
+    window = get_context(deps, tenant="a", thread_id="t")
+    assert window.pending_tokens < 780
+
+
+def test_failure_policy_continue_returns_the_window_with_a_warning(deps: Deps) -> None:
+    _failing(deps, "continue")
+    for i in range(40):
+        append_messages(deps, tenant="a", thread_id="t", messages=[user(i)])
+    window = get_context(deps, tenant="a", thread_id="t")
+    assert window.pending_tokens >= 780 and window.warnings
+    assert load_state(deps.store, thread_stream_id("a", "t")).stats.over_budget_returns == 1
+
+
+def test_two_writers_on_one_thread_lose_nothing(deps: Deps) -> None:
+    errors: list[BaseException] = []
+
+    def writer(offset: int) -> None:
+        try:
+            for i in range(15):
+                append_messages(deps, tenant="a", thread_id="t", messages=[user(offset + i)])
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n * 100,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    state = load_state(deps.store, thread_stream_id("a", "t"))
+    events = deps.store.read_stream(state.stream_id)
+    assert [e.stream_version for e in events] == list(range(1, len(events) + 1))
+    appended = [e.data["message_id"] for e in events if e.event_type == "MessageAppended"]
+    assert sorted(appended) == sorted(f"u{n * 100 + i}" for n in range(2) for i in range(15))
+    assert json.dumps(state.to_json())  # the projection is serialisable as stored

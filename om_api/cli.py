@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from om_core.settings import ServerSettings
 
 app = typer.Typer(help="Observational Memory as an event-sourced service.", no_args_is_help=True)
 projections_app = typer.Typer(help="Inspect and rebuild projections.", no_args_is_help=True)
 app.add_typer(projections_app, name="projections")
 
 
-def _settings():  # type: ignore[no-untyped-def]
+def _settings() -> ServerSettings:
     from om_core.settings import ServerSettings, SettingsError
 
     try:
@@ -29,7 +31,9 @@ def demo(
     turns: Annotated[int, typer.Option(min=1, help="Conversation turns (user + assistant).")] = 320,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic conversation.")] = 7,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the summary, as JSON.")] = False,
-    database: Annotated[Path | None, typer.Option(help="SQLite file to write (default: a new one in .om/).")] = None,
+    database: Annotated[
+        Path | None, typer.Option(help="SQLite file to write (default: a new one in .om/).")
+    ] = None,
     background: Annotated[
         bool, typer.Option(help="Run background work on a worker thread instead of right after each commit.")
     ] = False,
@@ -42,7 +46,9 @@ def demo(
 
 @app.command()
 def migrate(
-    database_url: Annotated[str | None, typer.Option(envvar="OM_DATABASE_URL", help="Database to migrate.")] = None,
+    database_url: Annotated[
+        str | None, typer.Option(envvar="OM_DATABASE_URL", help="Database to migrate.")
+    ] = None,
 ) -> None:
     """Upgrade the database schema to the newest revision (Alembic owns the schema)."""
     from om_core.adapters.store.migrations import upgrade_to_head
@@ -59,8 +65,8 @@ def projections_rebuild(
     prefix: Annotated[str, typer.Option(help="Only streams whose id starts with this.")] = "",
 ) -> None:
     """Rebuild every stream's projection from its events; with --verify, prove the stored one is identical."""
-    from om_core.application.projections import rebuild_projections
     from om_core.adapters.store.sql_store import create_event_store
+    from om_core.application.projections import rebuild_projections
 
     store = create_event_store(database_url or _settings().database_url)
     report = rebuild_projections(store, verify_only=verify, prefix=prefix)
@@ -80,23 +86,20 @@ def replay(
     from om_core.adapters.store.sql_store import create_event_store
     from om_core.application.projections import replay_context
 
-    store = create_event_store(database_url or _settings().database_url)
+    settings = _settings()
+    store = create_event_store(database_url or settings.database_url)
     stream_id = thread if thread.count("/") >= 2 else f"{tenant}/thread/{thread}"
-    window = replay_context(store, stream_id, to_version=to)
+    window = replay_context(store, stream_id, to_version=to, profile=settings.profile_layer)
     typer.echo(json.dumps(window, indent=2, ensure_ascii=False))
 
 
-from om_workers.commands import register as _register_worker_commands  # noqa: E402
+def _register_entry_points() -> None:
+    # the server and worker verbs live with their entry points; they import this module's app lazily
+    from om_api.commands import register as register_api_commands
+    from om_workers.commands import register as register_worker_commands
 
-_register_worker_commands(app)
+    register_worker_commands(app)
+    register_api_commands(app)
 
 
-def main() -> None:
-    try:
-        app()
-    except KeyboardInterrupt:
-        sys.exit(130)
-
-from om_api.commands import register  # noqa: E402
-
-register(app)
+_register_entry_points()

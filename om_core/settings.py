@@ -161,6 +161,11 @@ class ServerSettings(BaseSettings):
         return self
 
     @property
+    def profile_layer(self) -> dict[str, Any]:
+        """The profile as written (validated), to layer a thread's own overrides on."""
+        return dict(self._profile_layer)
+
+    @property
     def auth_enabled(self) -> bool:
         return self.auth == "enabled"
 

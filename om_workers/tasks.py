@@ -66,15 +66,15 @@ class WorkerRuntime:
 
 def build_worker_deps(app: Celery, settings: ServerSettings, *, migrate: bool = False) -> Deps:
     """Deps for a process that publishes to ``app``: metered store and models, the Celery dispatcher."""
-    from om_core.adapters.models.litellm_gateway import LiteLLMGateway
-    from om_core.bootstrap import build_deps
+    from om_core.bootstrap import build_deps, model_gateway_for
 
     dispatcher = CeleryDispatcher(app)
+    profile = read_profile(settings.profile) if settings.profile else None
     deps = build_deps(
         database_url=settings.database_url,
         dispatcher=dispatcher,
-        profile=read_profile(settings.profile) if settings.profile else None,
-        models=metrics.MeteredModelGateway(LiteLLMGateway()),
+        profile=profile,
+        models=metrics.MeteredModelGateway(model_gateway_for(profile)),
         migrate=migrate,
         max_message_bytes=settings.max_message_bytes,
         sync_wait_seconds=settings.sync_wait_seconds,

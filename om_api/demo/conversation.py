@@ -140,7 +140,9 @@ class Turn:
     fact: PlantedFact | None
 
 
-def synthetic_conversation(turns: int = 320, *, seed: int = 7, start: datetime | None = None) -> Iterator[Turn]:
+def synthetic_conversation(
+    turns: int = 320, *, seed: int = 7, start: datetime | None = None
+) -> Iterator[Turn]:
     """Yield ``turns`` user/assistant exchanges, the planted facts spread evenly across them."""
     rng = random.Random(seed)
     clock = start or datetime(2026, 3, 2, 8, 30, tzinfo=UTC)

@@ -21,6 +21,7 @@ from rich.text import Text
 from om_api.demo.conversation import FACTS, synthetic_conversation
 from om_core.application.append import append_messages, configure_thread
 from om_core.application.context import get_context
+from om_core.application.records import counter_for, load_state, record_config, thread_stream_id
 from om_core.bootstrap import build_inline
 from om_core.domain.context import ContextWindow
 from om_core.domain.events import (
@@ -32,7 +33,6 @@ from om_core.domain.events import (
     SyncObservationStarted,
 )
 from om_core.domain.policy import resolve_limits
-from om_core.application.records import counter_for, load_state, record_config, thread_stream_id
 
 DEMO_TENANT = "demo"
 DEMO_PROFILE: dict[str, Any] = {
@@ -91,8 +91,13 @@ def run_demo(
     )
     thread_id = f"demo-{seed}"
     stream_id = thread_stream_id(DEMO_TENANT, thread_id)
-    configure_thread(deps, tenant=DEMO_TENANT, thread_id=thread_id, resource_id="demo-user",
-                     title="Synthetic demo conversation")
+    configure_thread(
+        deps,
+        tenant=DEMO_TENANT,
+        thread_id=thread_id,
+        resource_id="demo-user",
+        title="Synthetic demo conversation",
+    )
     feed: list[str] = []
     max_unobserved = 0
     started = time.monotonic()
@@ -103,9 +108,13 @@ def run_demo(
         for turn in synthetic_conversation(turns, seed=seed):
             outcome = append_messages(deps, tenant=DEMO_TENANT, thread_id=thread_id, messages=[turn.user])
             _note(feed, turn.index, outcome.events)
-            window = get_context(deps, tenant=DEMO_TENANT, thread_id=thread_id, caller_model="openai/gpt-5-mini")
+            window = get_context(
+                deps, tenant=DEMO_TENANT, thread_id=thread_id, caller_model="openai/gpt-5-mini"
+            )
             max_unobserved = max(max_unobserved, window.pending_tokens)
-            outcome = append_messages(deps, tenant=DEMO_TENANT, thread_id=thread_id, messages=[turn.assistant])
+            outcome = append_messages(
+                deps, tenant=DEMO_TENANT, thread_id=thread_id, messages=[turn.assistant]
+            )
             _note(feed, turn.index, outcome.events)
             if live is not None:
                 live.update(_render(deps, stream_id, turn.index + 1, turns, feed))
@@ -158,8 +167,10 @@ def _note(feed: list[str], turn: int, events: list[DomainEvent]) -> None:
         if isinstance(event, ObservationBufferRequested):
             line = f"turn {turn}: buffer requested for messages {event.from_seq}–{event.to_seq}"
         elif isinstance(event, ChunksActivated):
-            line = (f"turn {turn}: activated {len(event.cycle_ids)} chunk(s), "
-                    f"{event.message_tokens} message tokens → {event.observation_tokens} ({event.triggered_by})")
+            line = (
+                f"turn {turn}: activated {len(event.cycle_ids)} chunk(s), "
+                f"{event.message_tokens} message tokens → {event.observation_tokens} ({event.triggered_by})"
+            )
         elif isinstance(event, SyncObservationStarted):
             line = f"turn {turn}: synchronous observation of {event.message_tokens} tokens"
         elif isinstance(event, ReflectionRequested):
@@ -191,12 +202,17 @@ def _render(deps: Any, stream_id: str, turn: int, turns: int, feed: list[str]) -
     stats = state.stats
     table.add_row(
         "work",
-        Text(f"observer calls {stats.observer_calls} · chunks {stats.buffered_chunks} (waiting {len(state.chunks)})"
-             f" · activations {stats.activations} · sync {stats.sync_observations}"
-             f" · reflections {stats.reflections} · generation {state.generation}"),
+        Text(
+            f"observer calls {stats.observer_calls} · chunks {stats.buffered_chunks}"
+            f" (waiting {len(state.chunks)}) · activations {stats.activations}"
+            f" · sync {stats.sync_observations} · reflections {stats.reflections} · generation {state.generation}"
+        ),
     )
-    return Panel(Group(table, Text("\n".join(feed), style="cyan")),
-                 title=f"om demo — turn {turn}/{turns}", border_style="blue")
+    return Panel(
+        Group(table, Text("\n".join(feed), style="cyan")),
+        title=f"om demo — turn {turn}/{turns}",
+        border_style="blue",
+    )
 
 
 def _print_final(console: Console, window: ContextWindow, summary: DemoSummary) -> None:

@@ -33,7 +33,6 @@ from om_core.domain.messages import Message
 from om_core.domain.state import RecordState
 from om_core.domain.timeutil import format_time, parse_time
 
-
 _UNTIMED = datetime(1970, 1, 1, tzinfo=UTC)
 
 

@@ -82,8 +82,9 @@ def _settle(deps: Deps, stream_id: str, caller_model: str | None, wait: bool) ->
             raise RecordNotFoundError(stream_id)
         config = record_config(deps.profile, state)
         now = deps.clock()
-        plan = plan_decisions(Plan(state), config, now, mode="read" if wait else "work",
-                              caller_model=caller_model)
+        plan = plan_decisions(
+            Plan(state), config, now, mode="read" if wait else "work", caller_model=caller_model
+        )
         try:
             commit(deps, plan, state.version)
         except ConcurrencyError:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from om_core.application.ports import ModelError, ModelRequest, ModelResponse
-from om_core.application.records import Deps, counter_for
+from om_core.application.ports import ModelError, ModelGateway, ModelRequest, ModelResponse
+from om_core.application.records import counter_for
 from om_core.domain import thresholds
 from om_core.domain.config import Extractor, MemoryConfig
 from om_core.domain.events import Usage
@@ -104,7 +104,7 @@ def previous_observations(state: RecordState, *, include_chunks: bool) -> str:
 
 
 def observe_messages(
-    deps: Deps,
+    models: ModelGateway,
     state: RecordState,
     config: MemoryConfig,
     messages: Sequence[WindowMessage],
@@ -143,7 +143,7 @@ def observe_messages(
     tally = UsageTally()
     parsed = None
     for _ in range(DEGENERATE_ATTEMPTS):
-        response = deps.models.complete(
+        response = models.complete(
             ModelRequest(
                 model=model,
                 messages=request,
@@ -174,7 +174,7 @@ def observe_messages(
             continue
         try:
             extracted[spec.slug] = _run_schema_extractor(
-                deps, config, model, spec, parsed.observations, transcript.text, state.extracted, tally
+                models, config, model, spec, parsed.observations, transcript.text, state.extracted, tally
             )
         except (ModelError, ValueError) as exc:
             # one extractor failing never discards the observations or the other extractors
@@ -194,7 +194,7 @@ def observe_messages(
 
 
 def _run_schema_extractor(
-    deps: Deps,
+    models: ModelGateway,
     config: MemoryConfig,
     model: str,
     spec: ExtractorSpec,
@@ -211,7 +211,7 @@ def _run_schema_extractor(
         transcript=transcript,
         previous_value=previous.get(spec.slug) if spec.include_previous else None,
     )
-    response = deps.models.complete(
+    response = models.complete(
         ModelRequest(
             model=model,
             messages=request,
@@ -228,9 +228,10 @@ def _run_schema_extractor(
         raise ValueError(f"extractor {spec.slug!r} did not answer with JSON: {exc}") from exc
     problems = validate_extracted_value(value, schema)
     if problems:
-        raise ValueError(f"extractor {spec.slug!r} answered a value outside its schema: {'; '.join(problems)}")
+        raise ValueError(
+            f"extractor {spec.slug!r} answered a value outside its schema: {'; '.join(problems)}"
+        )
     return value
-
 
 
 def _settings(config: MemoryConfig, role: thresholds.Role) -> dict[str, Any]:

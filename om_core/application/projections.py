@@ -53,8 +53,10 @@ def rebuild_projections(store: EventStore, *, verify_only: bool = False, prefix:
         rebuilt = replay_state(store, stream_id)
         report.events += rebuilt.version
         stored = store.load_snapshot(stream_id)
-        same = stored is not None and stored[1] == rebuilt.version and canonical(stored[0]) == canonical(
-            rebuilt.to_json()
+        same = (
+            stored is not None
+            and stored[1] == rebuilt.version
+            and canonical(stored[0]) == canonical(rebuilt.to_json())
         )
         if same:
             report.identical += 1

@@ -285,4 +285,3 @@ def retry_on_conflict(operation: Callable[[], T]) -> T:
         except ConcurrencyError:
             continue
     return operation()
-

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from om_core.application.observer import UsageTally, _settings, extractor_specs
-from om_core.application.ports import ModelRequest
-from om_core.application.records import Deps, counter_for
+from om_core.application.ports import ModelGateway, ModelRequest
+from om_core.application.records import counter_for
 from om_core.domain import thresholds
 from om_core.domain.config import MemoryConfig
 from om_core.domain.events import Usage
@@ -38,7 +38,7 @@ class ReflectionResult:
 
 
 def reflect_observations(
-    deps: Deps,
+    models: ModelGateway,
     config: MemoryConfig,
     observations: str,
     *,
@@ -73,7 +73,7 @@ def reflect_observations(
             prior_values=prior_values,
             buffered=buffered,
         )
-        response = deps.models.complete(
+        response = models.complete(
             ModelRequest(
                 model=model,
                 messages=request,

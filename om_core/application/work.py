@@ -124,7 +124,7 @@ def run_buffer_observation(deps: Deps, stream_id: str, cycle_id: str) -> WorkOut
     messages = [m for m in state.window if flight.from_seq <= m.seq <= flight.to_seq]
     started = time.monotonic()
     try:
-        result = observe_messages(deps, state, config, messages, buffered=True)
+        result = observe_messages(deps.models, state, config, messages, buffered=True)
     except (ModelError, ObserverFailedError) as exc:
         failed = ObservationBufferFailed(
             cycle_id=cycle_id,
@@ -161,9 +161,11 @@ def run_buffer_observation(deps: Deps, stream_id: str, cycle_id: str) -> WorkOut
         deps,
         stream_id,
         cycle_id,
-        lambda s: [completed, *_title_events(s, result.thread_title, cycle_id, deps)]
-        if _buffer_valid(s, cycle_id)
-        else None,
+        lambda s: (
+            [completed, *_title_events(s, result.thread_title, cycle_id, deps)]
+            if _buffer_valid(s, cycle_id)
+            else None
+        ),
         stale=_buffer_stale(cycle_id, deps),
     )
 
@@ -209,7 +211,7 @@ def run_sync_observation(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutco
     messages = [m for m in state.window if flight.from_seq <= m.seq <= flight.to_seq]
     started = time.monotonic()
     try:
-        result = observe_messages(deps, state, config, messages, buffered=False)
+        result = observe_messages(deps.models, state, config, messages, buffered=False)
     except (ModelError, ObserverFailedError) as exc:
         failed = SyncObservationFailed(
             cycle_id=cycle_id,
@@ -246,9 +248,11 @@ def run_sync_observation(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutco
         deps,
         stream_id,
         cycle_id,
-        lambda s: [completed, *_title_events(s, result.thread_title, cycle_id, deps)]
-        if _sync_valid(s, cycle_id)
-        else None,
+        lambda s: (
+            [completed, *_title_events(s, result.thread_title, cycle_id, deps)]
+            if _sync_valid(s, cycle_id)
+            else None
+        ),
         stale=_sync_stale(cycle_id, deps),
     )
 
@@ -263,9 +267,7 @@ def _sync_stale(cycle_id: str, deps: Deps) -> Callable[[RecordState], DomainEven
     )
 
 
-def _title_events(
-    state: RecordState, title: str | None, cycle_id: str, deps: Deps
-) -> list[DomainEvent]:
+def _title_events(state: RecordState, title: str | None, cycle_id: str, deps: Deps) -> list[DomainEvent]:
     if title is None or state.thread_id is None:
         return []
     pinned = bool(state.thread_metadata.get("titlePinned"))
@@ -300,7 +302,11 @@ def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
     stamp = format_time(deps.clock())
     try:
         result = reflect_observations(
-            deps, config, source, target_tokens=flight.target_tokens, buffered=flight.mode == "buffered",
+            deps.models,
+            config,
+            source,
+            target_tokens=flight.target_tokens,
+            buffered=flight.mode == "buffered",
             prior_values=state.extracted,
         )
     except (ModelError, ReflectorFailedError) as exc:

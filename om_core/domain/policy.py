@@ -133,7 +133,9 @@ def same_model(a: str, b: str) -> bool:
     if "/" in a and "/" in b:
         provider_a, model_a = a.split("/", 1)
         provider_b, model_b = b.split("/", 1)
-        return provider_a.split(".", 1)[0].lower() == provider_b.split(".", 1)[0].lower() and model_a == model_b
+        return (
+            provider_a.split(".", 1)[0].lower() == provider_b.split(".", 1)[0].lower() and model_a == model_b
+        )
     return a.rsplit("/", 1)[-1] == b.rsplit("/", 1)[-1]
 
 

@@ -206,8 +206,9 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(wait=st.booleans())
     def read_context(self, wait: bool) -> None:
         try:
-            window = get_context(self.deps, tenant=TENANT, thread_id=THREAD, caller_model="openai/gpt-5-mini",
-                                 wait=wait)
+            window = get_context(
+                self.deps, tenant=TENANT, thread_id=THREAD, caller_model="openai/gpt-5-mini", wait=wait
+            )
         except ObservationFailedError:
             assert self.failure != "normal"
             return

@@ -79,7 +79,9 @@ def test_a_bad_message_rejects_the_whole_request_and_stores_nothing(deps: Deps) 
     append_messages(deps, tenant="a", thread_id="t", messages=[user(1)])
     before = deps.store.stream_version(thread_stream_id("a", "t"))
     with pytest.raises(MessageValidationError) as error:
-        append_messages(deps, tenant="a", thread_id="t", messages=[user(2), {"role": "wizard", "content": "x"}])
+        append_messages(
+            deps, tenant="a", thread_id="t", messages=[user(2), {"role": "wizard", "content": "x"}]
+        )
     assert "messages[1]" in str(error.value)
     assert deps.store.stream_version(thread_stream_id("a", "t")) == before
 

@@ -29,8 +29,15 @@ from om_core.domain.timeutil import format_time
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 
 
-def message(seq: int, tokens: int, *, role: str = "user", at: datetime = NOW, model: str | None = None,
-            parts: list[dict[str, Any]] | None = None) -> MessageAppended:
+def message(
+    seq: int,
+    tokens: int,
+    *,
+    role: str = "user",
+    at: datetime = NOW,
+    model: str | None = None,
+    parts: list[dict[str, Any]] | None = None,
+) -> MessageAppended:
     return MessageAppended(
         seq=seq,
         message_id=f"m{seq}",
@@ -40,8 +47,12 @@ def message(seq: int, tokens: int, *, role: str = "user", at: datetime = NOW, mo
         model=model,
         tokens=tokens,
         content_hash=f"h{seq}",
-        message={"id": f"m{seq}", "role": role, "parts": parts or [{"type": "text", "text": f"msg {seq}"}],
-                 "createdAt": format_time(at)},
+        message={
+            "id": f"m{seq}",
+            "role": role,
+            "parts": parts or [{"type": "text", "text": f"msg {seq}"}],
+            "createdAt": format_time(at),
+        },
         text=f"msg {seq}",
     )
 
@@ -50,19 +61,33 @@ def with_messages(tokens: list[int], **kwargs: Any) -> RecordState:
     return fold(initial_state("ten/thread/t1"), [message(i + 1, t, **kwargs) for i, t in enumerate(tokens)])
 
 
-def buffer_chunk(state: RecordState, cycle: str, to_seq: int, *, obs_tokens: int = 50,
-                 task: str | None = None) -> RecordState:
+def buffer_chunk(
+    state: RecordState, cycle: str, to_seq: int, *, obs_tokens: int = 50, task: str | None = None
+) -> RecordState:
     from_seq = state.buffered_through_seq + 1
     tokens = sum(m.tokens for m in state.window if from_seq <= m.seq <= to_seq)
     events: list[DomainEvent] = [
-        ObservationBufferRequested(cycle_id=cycle, from_seq=from_seq, to_seq=to_seq, message_tokens=tokens,
-                                   pending_tokens=state.pending_tokens, trigger="interval",
-                                   requested_at=format_time(NOW)),
-        ObservationBufferCompleted(cycle_id=cycle, from_seq=from_seq, to_seq=to_seq,
-                                   message_ids=[f"m{i}" for i in range(from_seq, to_seq + 1)],
-                                   message_tokens=tokens, observations=f"* 🔴 (12:00) chunk {cycle}",
-                                   observation_tokens=obs_tokens, last_observed_at=format_time(NOW),
-                                   current_task=task, completed_at=format_time(NOW)),
+        ObservationBufferRequested(
+            cycle_id=cycle,
+            from_seq=from_seq,
+            to_seq=to_seq,
+            message_tokens=tokens,
+            pending_tokens=state.pending_tokens,
+            trigger="interval",
+            requested_at=format_time(NOW),
+        ),
+        ObservationBufferCompleted(
+            cycle_id=cycle,
+            from_seq=from_seq,
+            to_seq=to_seq,
+            message_ids=[f"m{i}" for i in range(from_seq, to_seq + 1)],
+            message_tokens=tokens,
+            observations=f"* 🔴 (12:00) chunk {cycle}",
+            observation_tokens=obs_tokens,
+            last_observed_at=format_time(NOW),
+            current_task=task,
+            completed_at=format_time(NOW),
+        ),
     ]
     return fold(state, events)
 
@@ -71,8 +96,14 @@ def config(**raw: Any) -> Any:
     return parse_memory_config(raw)
 
 
-def decide(state: RecordState, cfg: Any, *, mode: policy.Mode = "read", now: datetime = NOW,
-           caller_model: str | None = None) -> policy.Decision | None:
+def decide(
+    state: RecordState,
+    cfg: Any,
+    *,
+    mode: policy.Mode = "read",
+    now: datetime = NOW,
+    caller_model: str | None = None,
+) -> policy.Decision | None:
     return policy.next_decision(state, cfg, now, mode=mode, caller_model=caller_model)
 
 
@@ -98,9 +129,20 @@ def test_buffering_continues_between_threshold_and_block_after() -> None:
 def test_no_buffer_request_while_one_runs_and_none_for_too_little_new_content() -> None:
     cfg = config(observation={"messageTokens": 30_000})
     state = with_messages([6_500])
-    state = fold(state, [ObservationBufferRequested(cycle_id="c1", from_seq=1, to_seq=1, message_tokens=6_500,
-                                                    pending_tokens=6_524, trigger="interval",
-                                                    requested_at=format_time(NOW))])
+    state = fold(
+        state,
+        [
+            ObservationBufferRequested(
+                cycle_id="c1",
+                from_seq=1,
+                to_seq=1,
+                message_tokens=6_500,
+                pending_tokens=6_524,
+                trigger="interval",
+                requested_at=format_time(NOW),
+            )
+        ],
+    )
     state = fold(state, [message(2, 6_000)])
     assert decide(state, cfg, mode="append") is None  # coalesced: runs never overlap
 
@@ -108,11 +150,21 @@ def test_no_buffer_request_while_one_runs_and_none_for_too_little_new_content() 
 def test_a_failed_buffer_run_is_not_retried_until_new_messages_arrive() -> None:
     cfg = config(observation={"messageTokens": 30_000})
     state = with_messages([6_500])
-    state = fold(state, [
-        ObservationBufferRequested(cycle_id="c1", from_seq=1, to_seq=1, message_tokens=6_500,
-                                   pending_tokens=0, trigger="interval", requested_at=format_time(NOW)),
-        ObservationBufferFailed(cycle_id="c1", error="boom", failed_at=format_time(NOW)),
-    ])
+    state = fold(
+        state,
+        [
+            ObservationBufferRequested(
+                cycle_id="c1",
+                from_seq=1,
+                to_seq=1,
+                message_tokens=6_500,
+                pending_tokens=0,
+                trigger="interval",
+                requested_at=format_time(NOW),
+            ),
+            ObservationBufferFailed(cycle_id="c1", error="boom", failed_at=format_time(NOW)),
+        ],
+    )
     assert state.buffer_in_flight is None and state.unbuffered_messages  # offered again, not lost
     assert decide(state, cfg, mode="append") is None
     state = fold(state, [message(2, 6_000)])
@@ -139,9 +191,19 @@ def test_scenario_14_buffer_then_activate_at_threshold() -> None:
     state = fold(state, [message(4, 200)])  # P = 524 >= 500
     d = decide(state, cfg)
     assert isinstance(d, policy.ActivateChunks) and d.triggered_by == "threshold" and d.count == 1
-    state = fold(state, [ChunksActivated(cycle_ids=["c1"], through_seq=3, message_tokens=300,
-                                         observation_tokens=50, triggered_by="threshold",
-                                         activated_at=format_time(NOW))])
+    state = fold(
+        state,
+        [
+            ChunksActivated(
+                cycle_ids=["c1"],
+                through_seq=3,
+                message_tokens=300,
+                observation_tokens=50,
+                triggered_by="threshold",
+                activated_at=format_time(NOW),
+            )
+        ],
+    )
     assert state.chunks == [] and state.observed_seq == 3
     assert [m.seq for m in state.window] == [4]
     assert state.observation_tokens == 50
@@ -150,26 +212,49 @@ def test_scenario_14_buffer_then_activate_at_threshold() -> None:
 def test_activation_of_a_non_prefix_is_refused() -> None:
     state = buffer_chunk(buffer_chunk(with_messages([100, 100]), "c1", 1), "c2", 2)
     with pytest.raises(InvariantViolation):
-        fold(state, [ChunksActivated(cycle_ids=["c2"], through_seq=2, message_tokens=100,
-                                     observation_tokens=50, triggered_by="threshold",
-                                     activated_at=format_time(NOW))])
+        fold(
+            state,
+            [
+                ChunksActivated(
+                    cycle_ids=["c2"],
+                    through_seq=2,
+                    message_tokens=100,
+                    observation_tokens=50,
+                    triggered_by="threshold",
+                    activated_at=format_time(NOW),
+                )
+            ],
+        )
 
 
 def test_hints_survive_an_activation_whose_chunk_has_none() -> None:
     state = buffer_chunk(with_messages([100, 100]), "c1", 1, task="plan the trip")
     state = buffer_chunk(state, "c2", 2)
-    state = fold(state, [ChunksActivated(cycle_ids=["c1", "c2"], through_seq=2, message_tokens=200,
-                                         observation_tokens=100, triggered_by="threshold",
-                                         activated_at=format_time(NOW))])
+    state = fold(
+        state,
+        [
+            ChunksActivated(
+                cycle_ids=["c1", "c2"],
+                through_seq=2,
+                message_tokens=200,
+                observation_tokens=100,
+                triggered_by="threshold",
+                activated_at=format_time(NOW),
+            )
+        ],
+    )
     assert state.current_task == "plan the trip"
 
 
 def _ttl_state(last_assistant_ago_ms: int, **cfg_raw: Any) -> tuple[RecordState, Any]:
     cfg = config(observation={"messageTokens": 50_000, "bufferTokens": 5_000}, **cfg_raw)
-    state = fold(initial_state("ten/thread/t1"), [
-        message(1, 100),
-        message(2, 100, role="assistant", at=NOW - timedelta(milliseconds=last_assistant_ago_ms)),
-    ])
+    state = fold(
+        initial_state("ten/thread/t1"),
+        [
+            message(1, 100),
+            message(2, 100, role="assistant", at=NOW - timedelta(milliseconds=last_assistant_ago_ms)),
+        ],
+    )
     return buffer_chunk(state, "c1", 2), cfg
 
 
@@ -185,15 +270,19 @@ def test_scenario_13_no_activation_before_the_ttl_or_when_disabled() -> None:
     state, cfg = _ttl_state(60_000, activateAfterIdle=300_000)
     assert decide(state, cfg) is None
     state, cfg = _ttl_state(301_000, activateAfterIdle=300_000)
-    off = config(observation={"messageTokens": 50_000, "bufferTokens": 5_000, "activateAfterIdle": False},
-                 activateAfterIdle=300_000)
+    off = config(
+        observation={"messageTokens": 50_000, "bufferTokens": 5_000, "activateAfterIdle": False},
+        activateAfterIdle=300_000,
+    )
     assert decide(state, off) is None
 
 
 def test_scenario_13_trailing_data_part_is_not_activity() -> None:
     cfg = config(observation={"messageTokens": 50_000, "bufferTokens": 5_000}, activateAfterIdle="5m")
-    parts = [{"type": "text", "text": "hi", "createdAt": format_time(NOW - timedelta(minutes=6))},
-             {"type": "data-om-status", "createdAt": format_time(NOW)}]
+    parts = [
+        {"type": "text", "text": "hi", "createdAt": format_time(NOW - timedelta(minutes=6))},
+        {"type": "data-om-status", "createdAt": format_time(NOW)},
+    ]
     state = fold(initial_state("s"), [message(1, 100), message(2, 100, role="assistant", parts=parts)])
     state = buffer_chunk(state, "c1", 2)
     d = decide(state, cfg)
@@ -215,9 +304,20 @@ def test_provider_change_wins_over_ttl() -> None:
 def test_below_block_after_a_read_never_observes_while_a_run_can_catch_up() -> None:
     cfg = config(observation={"messageTokens": 10_000, "bufferTokens": 2_000})
     state = with_messages([10_500])
-    state = fold(state, [ObservationBufferRequested(cycle_id="c1", from_seq=1, to_seq=1, message_tokens=10_500,
-                                                    pending_tokens=10_524, trigger="interval",
-                                                    requested_at=format_time(NOW))])
+    state = fold(
+        state,
+        [
+            ObservationBufferRequested(
+                cycle_id="c1",
+                from_seq=1,
+                to_seq=1,
+                message_tokens=10_500,
+                pending_tokens=10_524,
+                trigger="interval",
+                requested_at=format_time(NOW),
+            )
+        ],
+    )
     assert decide(state, cfg) is None
 
 
@@ -228,21 +328,38 @@ def test_at_block_after_a_read_observes_synchronously_keeping_a_small_tail() -> 
     assert isinstance(d, policy.ObserveSynchronously)
     assert (d.from_seq, d.to_seq) == (1, 3)  # the newest 1,500 tokens stay raw
     assert decide(state, cfg, mode="append") is None or not isinstance(
-        decide(state, cfg, mode="append"), policy.ObserveSynchronously)
+        decide(state, cfg, mode="append"), policy.ObserveSynchronously
+    )
 
 
 def test_scenario_17_activate_chunks_then_observe_only_the_uncovered_tail() -> None:
     # main #19767 / #25060: 1.31.0 returned after the activation with the tail still over the threshold.
-    cfg = config(observation={"messageTokens": 10_000, "bufferTokens": 2_000, "bufferActivation": 0.8,
-                              "blockAfter": 1.2})
+    cfg = config(
+        observation={
+            "messageTokens": 10_000,
+            "bufferTokens": 2_000,
+            "bufferActivation": 0.8,
+            "blockAfter": 1.2,
+        }
+    )
     state = with_messages([300, 300])
     state = buffer_chunk(state, "c1", 2, obs_tokens=600)
     state = fold(state, [message(3, 200), message(4, 30_000, role="tool")])
     d = decide(state, cfg)
     assert isinstance(d, policy.ActivateChunks) and d.count == 1
-    state = fold(state, [ChunksActivated(cycle_ids=["c1"], through_seq=2, message_tokens=600,
-                                         observation_tokens=600, triggered_by="threshold",
-                                         activated_at=format_time(NOW))])
+    state = fold(
+        state,
+        [
+            ChunksActivated(
+                cycle_ids=["c1"],
+                through_seq=2,
+                message_tokens=600,
+                observation_tokens=600,
+                triggered_by="threshold",
+                activated_at=format_time(NOW),
+            )
+        ],
+    )
     d = decide(state, cfg)
     assert isinstance(d, policy.ObserveSynchronously)
     assert (d.from_seq, d.to_seq) == (3, 4)
@@ -254,9 +371,19 @@ def test_activation_alone_under_the_threshold_needs_no_observer_call() -> None:
     state = fold(state, [message(3, 2_500)])
     d = decide(state, cfg)
     assert isinstance(d, policy.ActivateChunks)
-    state = fold(state, [ChunksActivated(cycle_ids=["c1"], through_seq=2, message_tokens=8_000,
-                                         observation_tokens=50, triggered_by="threshold",
-                                         activated_at=format_time(NOW))])
+    state = fold(
+        state,
+        [
+            ChunksActivated(
+                cycle_ids=["c1"],
+                through_seq=2,
+                message_tokens=8_000,
+                observation_tokens=50,
+                triggered_by="threshold",
+                activated_at=format_time(NOW),
+            )
+        ],
+    )
     # what remains is under T: at most a background run is asked for, never a blocking Observer call
     assert not isinstance(decide(state, cfg), policy.ObserveSynchronously)
 
@@ -278,22 +405,63 @@ def test_a_single_message_over_the_threshold_is_observed() -> None:
 
 def test_sync_observation_supersedes_a_running_buffer_and_moves_the_cursor() -> None:
     state = with_messages([4_000, 4_000])
-    state = fold(state, [
-        ObservationBufferRequested(cycle_id="b1", from_seq=1, to_seq=2, message_tokens=8_000,
-                                   pending_tokens=8_024, trigger="interval", requested_at=format_time(NOW)),
-        SyncObservationStarted(cycle_id="s1", from_seq=1, to_seq=2, message_tokens=8_000,
-                               trigger="block_after", started_at=format_time(NOW)),
-    ])
+    state = fold(
+        state,
+        [
+            ObservationBufferRequested(
+                cycle_id="b1",
+                from_seq=1,
+                to_seq=2,
+                message_tokens=8_000,
+                pending_tokens=8_024,
+                trigger="interval",
+                requested_at=format_time(NOW),
+            ),
+            SyncObservationStarted(
+                cycle_id="s1",
+                from_seq=1,
+                to_seq=2,
+                message_tokens=8_000,
+                trigger="block_after",
+                started_at=format_time(NOW),
+            ),
+        ],
+    )
     assert state.buffer_in_flight is None
-    state = fold(state, [SyncObservationCompleted(
-        cycle_id="s1", from_seq=1, to_seq=2, message_ids=["m1", "m2"], message_tokens=8_000,
-        observations="* 🔴 (12:00) x", observation_tokens=10, last_observed_at=format_time(NOW),
-        completed_at=format_time(NOW))])
+    state = fold(
+        state,
+        [
+            SyncObservationCompleted(
+                cycle_id="s1",
+                from_seq=1,
+                to_seq=2,
+                message_ids=["m1", "m2"],
+                message_tokens=8_000,
+                observations="* 🔴 (12:00) x",
+                observation_tokens=10,
+                last_observed_at=format_time(NOW),
+                completed_at=format_time(NOW),
+            )
+        ],
+    )
     assert state.observed_seq == 2 and state.window == [] and state.pending_tokens == 0
     with pytest.raises(InvariantViolation):  # a late buffer outcome for the superseded run cannot apply
-        fold(state, [ObservationBufferCompleted(
-            cycle_id="b1", from_seq=1, to_seq=2, message_ids=[], message_tokens=8_000, observations="x",
-            observation_tokens=1, last_observed_at=format_time(NOW), completed_at=format_time(NOW))])
+        fold(
+            state,
+            [
+                ObservationBufferCompleted(
+                    cycle_id="b1",
+                    from_seq=1,
+                    to_seq=2,
+                    message_ids=[],
+                    message_tokens=8_000,
+                    observations="x",
+                    observation_tokens=1,
+                    last_observed_at=format_time(NOW),
+                    completed_at=format_time(NOW),
+                )
+            ],
+        )
 
 
 # --- reflection -----------------------------------------------------------------------------------------
@@ -302,13 +470,30 @@ def test_sync_observation_supersedes_a_running_buffer_and_moves_the_cursor() -> 
 def _log_state(lines: int, tokens_per_line: int) -> RecordState:
     state = with_messages([100])
     text = "\n".join(f"* 🔴 (12:00) fact {i}" for i in range(lines))
-    return fold(state, [
-        SyncObservationStarted(cycle_id="s1", from_seq=1, to_seq=1, message_tokens=100, trigger="threshold",
-                               started_at=format_time(NOW)),
-        SyncObservationCompleted(cycle_id="s1", from_seq=1, to_seq=1, message_ids=["m1"], message_tokens=100,
-                                 observations=text, observation_tokens=lines * tokens_per_line,
-                                 last_observed_at=format_time(NOW), completed_at=format_time(NOW)),
-    ])
+    return fold(
+        state,
+        [
+            SyncObservationStarted(
+                cycle_id="s1",
+                from_seq=1,
+                to_seq=1,
+                message_tokens=100,
+                trigger="threshold",
+                started_at=format_time(NOW),
+            ),
+            SyncObservationCompleted(
+                cycle_id="s1",
+                from_seq=1,
+                to_seq=1,
+                message_ids=["m1"],
+                message_tokens=100,
+                observations=text,
+                observation_tokens=lines * tokens_per_line,
+                last_observed_at=format_time(NOW),
+                completed_at=format_time(NOW),
+            ),
+        ],
+    )
 
 
 def test_scenario_27_background_reflection_slice() -> None:
@@ -333,12 +518,29 @@ def test_scenario_27_between_r_and_block_after_no_sync_without_a_buffer() -> Non
 def test_buffered_reflection_activates_keeping_newer_lines_and_chunks() -> None:
     cfg = config()
     state = _log_state(400, 60)
-    state = fold(state, [
-        ReflectionRequested(cycle_id="r1", mode="buffered", generation=0, line_count=333, input_tokens=19_980,
-                            target_tokens=14_985, requested_at=format_time(NOW)),
-        ReflectionBuffered(cycle_id="r1", generation=0, line_count=333, input_tokens=19_980,
-                           text="* 🔴 (12:00) condensed", tokens=5_000, completed_at=format_time(NOW)),
-    ])
+    state = fold(
+        state,
+        [
+            ReflectionRequested(
+                cycle_id="r1",
+                mode="buffered",
+                generation=0,
+                line_count=333,
+                input_tokens=19_980,
+                target_tokens=14_985,
+                requested_at=format_time(NOW),
+            ),
+            ReflectionBuffered(
+                cycle_id="r1",
+                generation=0,
+                line_count=333,
+                input_tokens=19_980,
+                text="* 🔴 (12:00) condensed",
+                tokens=5_000,
+                completed_at=format_time(NOW),
+            ),
+        ],
+    )
     state = fold(state, [message(2, 100)])
     state = buffer_chunk(state, "c9", 2)
     state = state.model_copy(update={"observation_tokens": 40_000})
@@ -346,9 +548,19 @@ def test_buffered_reflection_activates_keeping_newer_lines_and_chunks() -> None:
     assert isinstance(d, policy.ActivateBufferedReflection)
     from om_core.domain.events import ReflectionActivated
 
-    new = fold(state, [ReflectionActivated(cycle_id="r1", new_generation=1, observation_tokens_before=40_000,
-                                           observation_tokens=9_000, triggered_by="threshold",
-                                           activated_at=format_time(NOW))])
+    new = fold(
+        state,
+        [
+            ReflectionActivated(
+                cycle_id="r1",
+                new_generation=1,
+                observation_tokens_before=40_000,
+                observation_tokens=9_000,
+                triggered_by="threshold",
+                activated_at=format_time(NOW),
+            )
+        ],
+    )
     lines = new.log_lines()
     assert lines[0] == "* 🔴 (12:00) condensed"
     assert lines[1:] == [f"* 🔴 (12:00) fact {i}" for i in range(333, 400)]
@@ -360,13 +572,31 @@ def test_scenario_26_identical_over_threshold_retry_is_suppressed() -> None:
     state = _log_state(50, 30)  # 1,500 >= R
     d = decide(state, cfg)
     assert isinstance(d, policy.RequestReflection) and d.mode == "sync"
-    state = fold(state, [
-        ReflectionRequested(cycle_id="r1", mode="sync", generation=0, line_count=50, input_tokens=1_500,
-                            target_tokens=1_000, requested_at=format_time(NOW)),
-        ReflectionCompleted(cycle_id="r1", new_generation=1, line_count=50, input_tokens=1_500, text="short",
-                            tokens=1_200, observation_tokens=1_200, over_target=True,
-                            completed_at=format_time(NOW)),
-    ])
+    state = fold(
+        state,
+        [
+            ReflectionRequested(
+                cycle_id="r1",
+                mode="sync",
+                generation=0,
+                line_count=50,
+                input_tokens=1_500,
+                target_tokens=1_000,
+                requested_at=format_time(NOW),
+            ),
+            ReflectionCompleted(
+                cycle_id="r1",
+                new_generation=1,
+                line_count=50,
+                input_tokens=1_500,
+                text="short",
+                tokens=1_200,
+                observation_tokens=1_200,
+                over_target=True,
+                completed_at=format_time(NOW),
+            ),
+        ],
+    )
     assert state.generation == 1
     assert decide(state, cfg) is None  # same O: suppressed
     bigger = state.model_copy(update={"observation_tokens": 1_201})
@@ -376,12 +606,27 @@ def test_scenario_26_identical_over_threshold_retry_is_suppressed() -> None:
 def test_a_failed_sync_reflection_is_suppressed_at_the_same_size() -> None:
     cfg = config(observation={"bufferTokens": False}, reflection={"observationTokens": 1_000})
     state = _log_state(50, 30)
-    state = fold(state, [
-        ReflectionRequested(cycle_id="r1", mode="sync", generation=0, line_count=50, input_tokens=1_500,
-                            target_tokens=1_000, requested_at=format_time(NOW)),
-        ReflectionFailed(cycle_id="r1", mode="sync", error="empty", observation_tokens=1_500,
-                         failed_at=format_time(NOW)),
-    ])
+    state = fold(
+        state,
+        [
+            ReflectionRequested(
+                cycle_id="r1",
+                mode="sync",
+                generation=0,
+                line_count=50,
+                input_tokens=1_500,
+                target_tokens=1_000,
+                requested_at=format_time(NOW),
+            ),
+            ReflectionFailed(
+                cycle_id="r1",
+                mode="sync",
+                error="empty",
+                observation_tokens=1_500,
+                failed_at=format_time(NOW),
+            ),
+        ],
+    )
     assert decide(state, cfg) is None
 
 

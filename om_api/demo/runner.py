@@ -205,7 +205,8 @@ def _render(deps: Any, stream_id: str, turn: int, turns: int, feed: list[str]) -
         Text(
             f"observer calls {stats.observer_calls} · chunks {stats.buffered_chunks}"
             f" (waiting {len(state.chunks)}) · activations {stats.activations}"
-            f" · sync {stats.sync_observations} · reflections {stats.reflections} · generation {state.generation}"
+            f" · sync {stats.sync_observations}"
+            f" · reflections {stats.reflections} · generation {state.generation}"
         ),
     )
     return Panel(

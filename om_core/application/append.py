@@ -15,11 +15,13 @@ from om_core.application.records import (
     counter_for,
     load_state,
     plan_decisions,
+    profile_scope,
     record_config,
+    record_stream_for,
     retry_on_conflict,
     thread_stream_id,
 )
-from om_core.domain.config import merge_config_layers, parse_memory_config
+from om_core.domain.config import ConfigError, merge_config_layers, parse_memory_config
 from om_core.domain.dates import temporal_gap_marker
 from om_core.domain.events import DomainEvent, MessageAppended, TemporalMarkerInserted, ThreadConfigured
 from om_core.domain.message_input import (
@@ -68,7 +70,7 @@ def configure_thread(
     The overrides are validated against the server profile before anything is stored.
     """
     if config is not None:
-        parse_memory_config(merge_config_layers(deps.profile, config))
+        _check_thread_overrides(deps, config)
     stream_id = thread_stream_id(tenant, thread_id)
 
     def attempt() -> RecordState:
@@ -115,7 +117,11 @@ def append_messages(
     ]
     client_timed = [any(k in raw for k in ("createdAt", "created_at")) for raw in messages]
     batch = _dedupe_batch(normalized, client_timed)
-    stream_id = thread_stream_id(tenant, thread_id)
+    stream_id = record_stream_for(deps, tenant, thread_id, resource_id)
+    shared_record = stream_id != thread_stream_id(tenant, thread_id)
+    if shared_record and deps.store.stream_version(thread_stream_id(tenant, thread_id)) == 0:
+        # resource scope: the thread itself is still recorded on its own stream, with its resource
+        configure_thread(deps, tenant=tenant, thread_id=thread_id, resource_id=resource_id)
 
     def attempt() -> AppendOutcome:
         state = load_state(deps.store, stream_id)
@@ -133,7 +139,7 @@ def append_messages(
             else:
                 raise MessageConflictError(stream_id, message.id)
         plan = Plan(state)
-        if state.thread_id is None:
+        if state.thread_id is None and not shared_record:
             plan.add(ThreadConfigured(thread_id=thread_id, resource_id=resource_id, at=format_time(now)))
         appended: list[AppendedMessage] = []
         for message, digest in fresh:
@@ -181,6 +187,19 @@ def idempotency_hash(message: Message, *, client_timed: bool) -> str:
     of what the client said, so a re-send of it must still count as a duplicate.
     """
     return content_hash(message if client_timed else replace(message, created_at=_UNTIMED))
+
+
+def _check_thread_overrides(deps: Deps, config: Mapping[str, Any]) -> None:
+    """A thread's overrides are validated on top of the profile before anything is stored."""
+    if "scope" in config:
+        raise ConfigError("scope", config["scope"], "is set by the server profile, not per thread")
+    if profile_scope(deps.profile) == "resource" and config:
+        raise ConfigError(
+            "config",
+            dict(config),
+            "per-thread overrides do not apply in resource scope: the record belongs to the resource",
+        )
+    parse_memory_config(merge_config_layers(deps.profile, config))
 
 
 def _dedupe_batch(messages: list[Message], client_timed: list[bool]) -> list[tuple[Message, str]]:

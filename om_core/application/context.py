@@ -12,10 +12,12 @@ from om_core.application.records import (
     Deps,
     Plan,
     RecordNotFoundError,
+    ResourceRequiredError,
     commit,
     load_state,
     plan_decisions,
     record_config,
+    record_stream_for,
     replay_state,
     thread_stream_id,
 )
@@ -59,16 +61,19 @@ def get_context(
     blocks: it returns what is there and leaves the work to the background.
     ``at_version`` is time travel: a fresh fold of the first N events, with no side effects.
     """
-    stream_id = thread_stream_id(tenant, thread_id)
+    try:
+        stream_id = record_stream_for(deps, tenant, thread_id)
+    except ResourceRequiredError:
+        raise RecordNotFoundError(thread_stream_id(tenant, thread_id)) from None
     if at_version is not None:
         state = replay_state(deps.store, stream_id, at_version)
         if state.version == 0:
             raise RecordNotFoundError(stream_id)
         config = record_config(deps.profile, state)
-        return build_context(state, config, deps.clock())
+        return build_context(state, config, deps.clock(), thread_id=thread_id)
     state = _settle(deps, stream_id, caller_model, wait)
     config = record_config(deps.profile, state)
-    window = build_context(state, config, deps.clock())
+    window = build_context(state, config, deps.clock(), thread_id=thread_id)
     limits = policy.resolve_limits(config, state)
     limit = limits.block_after if limits.block_after is not None else limits.message_threshold
     return _with_warning(window, limit)

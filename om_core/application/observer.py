@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,18 +14,31 @@ from om_core.domain import thresholds
 from om_core.domain.config import Extractor, MemoryConfig
 from om_core.domain.events import Usage
 from om_core.domain.message_input import message_from_json
-from om_core.domain.observation_log import truncate_previous_observations
+from om_core.domain.observation_log import (
+    TruncationResult,
+    observation_group_id,
+    truncate_previous_observations,
+    wrap_observation_group,
+)
 from om_core.domain.observer_output import (
+    ObserverOutput,
+    ThreadObservations,
     detect_degenerate_repetition,
     parse_observer_output,
     validate_extracted_value,
 )
 from om_core.domain.prompts import ExtractorSpec, build_extractor_request, build_observer_request
 from om_core.domain.state import RecordState, WindowMessage
-from om_core.domain.transcript import format_transcript
+from om_core.domain.transcript import (
+    TranscriptResult,
+    format_multi_thread_transcript,
+    format_transcript,
+    obscure_thread_id,
+)
 
 BUFFERED_SEPARATOR = "--- BUFFERED (pending activation) ---"
 DEGENERATE_ATTEMPTS = 2
+MAX_PARALLEL_BATCHES = 4
 
 
 class ObserverFailedError(RuntimeError):
@@ -110,63 +124,39 @@ def observe_messages(
     messages: Sequence[WindowMessage],
     *,
     buffered: bool,
+    cycle_id: str = "",
 ) -> ObservationResult:
+    """Observe ``messages``: one Observer call in thread scope; in resource scope, the threads batched by
+    ``maxTokensPerBatch`` and the batches observed in parallel, each thread's notes in its own section."""
     counter = counter_for(config)
-    parsed_messages = [message_from_json(m.message) for m in messages]
-    transcript = format_transcript(
-        parsed_messages, gap_markers=config.temporal_markers, count_tokens=counter.count_text
-    )
     previous = truncate_previous_observations(
         previous_observations(state, include_chunks=buffered),
         config.observation.previous_observer_tokens,
         counter.count_text,
     )
     specs = extractor_specs(config.observation.extract)
-    forward_attachments = config.observation.observe_attachments is not False
-    request = build_observer_request(
-        transcript.text,
-        previous_observations=previous.text,
-        previous_truncated=previous.was_truncated,
-        current_task=state.current_task,
-        suggested_response=state.suggested_response,
-        thread_title=state.title,
-        thread_title_enabled=config.observation.thread_title,
-        continuation_hints=config.observation.continuation_hints,
-        extractors=specs,
-        prior_values=state.extracted,
-        instruction=config.observation.instruction,
-        attachments=transcript.attachments if forward_attachments else (),
-    )
-    input_tokens = sum(m.tokens for m in messages)
-    model = thresholds.resolve_model(config, "observer", input_tokens)
-    settings = _settings(config, "observer")
     tally = UsageTally()
-    parsed = None
-    for _ in range(DEGENERATE_ATTEMPTS):
-        response = models.complete(
-            ModelRequest(
-                model=model,
-                messages=request,
-                purpose="observer",
-                settings=settings,
-                provider_options=dict(config.observation.provider_options),
-            )
+    if config.scope == "resource":
+        parsed, transcript_text = _observe_threads(models, state, config, messages, previous, specs, tally)
+    else:
+        transcript = format_transcript(
+            [message_from_json(m.message) for m in messages],
+            gap_markers=config.temporal_markers,
+            count_tokens=counter.count_text,
         )
-        tally.add(response)
-        if detect_degenerate_repetition(response.text):
-            continue
-        parsed = parse_observer_output(
-            response.text,
-            inline_extractors=[s.slug for s in specs if s.inline],
-            thread_title_enabled=config.observation.thread_title,
+        transcript_text = transcript.text
+        parsed = _call_observer(
+            models,
+            state,
+            config,
+            transcript,
+            sum(m.tokens for m in messages),
+            previous,
+            specs,
+            tally,
             multi_thread=False,
         )
-        break
-    if parsed is None:
-        raise ObserverFailedError(
-            f"the Observer ({model}) answered with degenerate repetition {DEGENERATE_ATTEMPTS} times",
-            attempts=tally.calls,
-        )
+    model = thresholds.resolve_model(config, "observer", sum(m.tokens for m in messages))
     extracted = dict(parsed.extracted)
     failures: dict[str, Any] = {}
     for spec in specs:
@@ -174,12 +164,20 @@ def observe_messages(
             continue
         try:
             extracted[spec.slug] = _run_schema_extractor(
-                models, config, model, spec, parsed.observations, transcript.text, state.extracted, tally
+                models, config, model, spec, parsed.observations, transcript_text, state.extracted, tally
             )
         except (ModelError, ValueError) as exc:
             # one extractor failing never discards the observations or the other extractors
             failures[spec.slug] = str(exc)
     observations = parsed.observations.strip()
+    if observations and config.retrieval is not None:
+        visible = [m for m in messages if m.kind == "message"] or list(messages)
+        observations = wrap_observation_group(
+            observations,
+            observation_group_id(cycle_id or visible[0].message_id),
+            visible[0].message_id,
+            visible[-1].message_id,
+        )
     return ObservationResult(
         observations=observations,
         observation_tokens=counter.count_text(observations) if observations else 0,
@@ -191,6 +189,135 @@ def observe_messages(
         extraction_failures=failures,
         usage=tally.usage(),
     )
+
+
+def _call_observer(
+    models: ModelGateway,
+    state: RecordState,
+    config: MemoryConfig,
+    transcript: TranscriptResult,
+    input_tokens: int,
+    previous: TruncationResult,
+    specs: list[ExtractorSpec],
+    tally: UsageTally,
+    *,
+    multi_thread: bool,
+) -> ObserverOutput:
+    """One Observer call; degenerate output is retried once, then the cycle fails."""
+    forward_attachments = config.observation.observe_attachments is not False
+    request = build_observer_request(
+        transcript.text,
+        previous_observations=previous.text,
+        previous_truncated=previous.was_truncated,
+        current_task=state.current_task,
+        suggested_response=state.suggested_response,
+        thread_title=state.title,
+        thread_title_enabled=config.observation.thread_title and not multi_thread,
+        continuation_hints=config.observation.continuation_hints,
+        extractors=specs,
+        prior_values=state.extracted,
+        multi_thread=multi_thread,
+        instruction=config.observation.instruction,
+        attachments=transcript.attachments if forward_attachments else (),
+    )
+    model = thresholds.resolve_model(config, "observer", input_tokens)
+    for _ in range(DEGENERATE_ATTEMPTS):
+        response = models.complete(
+            ModelRequest(
+                model=model,
+                messages=request,
+                purpose="observer",
+                settings=_settings(config, "observer"),
+                provider_options=dict(config.observation.provider_options),
+            )
+        )
+        tally.add(response)
+        if detect_degenerate_repetition(response.text):
+            continue
+        return parse_observer_output(
+            response.text,
+            inline_extractors=[s.slug for s in specs if s.inline],
+            thread_title_enabled=config.observation.thread_title and not multi_thread,
+            multi_thread=multi_thread,
+        )
+    raise ObserverFailedError(
+        f"the Observer ({model}) answered with degenerate repetition {DEGENERATE_ATTEMPTS} times",
+        attempts=tally.calls,
+    )
+
+
+def thread_batches(
+    messages: Sequence[WindowMessage], max_tokens_per_batch: int
+) -> list[list[tuple[str, list[WindowMessage]]]]:
+    """Threads in the order of their oldest message, packed into consecutive batches of at most
+    ``max_tokens_per_batch`` tokens; a thread larger than that is a batch of its own."""
+    by_thread: dict[str, list[WindowMessage]] = {}
+    for message in messages:
+        by_thread.setdefault(message.thread_id or "", []).append(message)
+    batches: list[list[tuple[str, list[WindowMessage]]]] = []
+    current: list[tuple[str, list[WindowMessage]]] = []
+    size = 0
+    for thread, items in by_thread.items():
+        tokens = sum(m.tokens for m in items)
+        if current and size + tokens > max_tokens_per_batch:
+            batches.append(current)
+            current, size = [], 0
+        current.append((thread, items))
+        size += tokens
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _observe_threads(
+    models: ModelGateway,
+    state: RecordState,
+    config: MemoryConfig,
+    messages: Sequence[WindowMessage],
+    previous: TruncationResult,
+    specs: list[ExtractorSpec],
+    tally: UsageTally,
+) -> tuple[ObserverOutput, str]:
+    counter = counter_for(config)
+    shown = {
+        (m.thread_id or ""): obscure_thread_id(m.thread_id or "")
+        if config.obscure_thread_ids
+        else m.thread_id or ""
+        for m in messages
+    }
+    batches = thread_batches(messages, config.observation.max_tokens_per_batch)
+
+    def observe(batch: list[tuple[str, list[WindowMessage]]]) -> tuple[ObserverOutput, str]:
+        transcript = format_multi_thread_transcript(
+            [(shown[thread], [message_from_json(m.message) for m in items]) for thread, items in batch],
+            gap_markers=config.temporal_markers,
+            count_tokens=counter.count_text,
+        )
+        tokens = sum(m.tokens for _, items in batch for m in items)
+        output = _call_observer(
+            models, state, config, transcript, tokens, previous, specs, tally, multi_thread=True
+        )
+        return output, transcript.text
+
+    with ThreadPoolExecutor(max_workers=min(len(batches), MAX_PARALLEL_BATCHES)) as pool:
+        results = list(pool.map(observe, batches))
+    sections: list[str] = []
+    hints: dict[str, ThreadObservations] = {}
+    for output, _ in results:
+        threads = output.threads or (ThreadObservations(thread_id="", observations=output.observations),)
+        for thread in threads:
+            if thread.observations.strip():
+                sections.append(f'<thread id="{thread.thread_id}">\n{thread.observations.strip()}\n</thread>')
+            hints[thread.thread_id] = thread
+    newest = shown.get(messages[-1].thread_id or "", "")
+    latest = hints.get(newest)
+    combined = ObserverOutput(
+        observations="\n\n".join(sections),
+        current_task=latest.current_task if latest else None,
+        suggested_response=latest.suggested_response if latest else None,
+        extracted={k: v for output, _ in results for k, v in output.extracted.items()},
+    )
+    return combined, "\n\n".join(text for _, text in results)
 
 
 def _run_schema_extractor(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,7 @@ from om_core.application.records import counter_for
 from om_core.domain import thresholds
 from om_core.domain.config import MemoryConfig
 from om_core.domain.events import Usage
-from om_core.domain.observation_log import strip_group_tags
+from om_core.domain.observation_log import observation_group_id, strip_group_tags, wrap_observation_group
 from om_core.domain.observer_output import (
     detect_degenerate_repetition,
     parse_observer_output,
@@ -105,10 +106,27 @@ def reflect_observations(
             f"every Reflector attempt ({model}, levels {levels}) was empty or degenerate", levels
         )
     tokens, text = best
+    if config.retrieval is not None:
+        text = _as_reflection_group(text, observations)
+        tokens = counter.count_text(text)
     return ReflectionResult(
         text=text,
         tokens=tokens,
         under_target=validate_compression(tokens, target_tokens),
         levels_tried=levels,
         usage=tally.usage(),
+    )
+
+
+_GROUP_RANGE = re.compile(r'<observation-group [^>]*range="([^":]*):([^"]*)"')
+
+
+def _as_reflection_group(text: str, source: str) -> str:
+    """Retrieval mode: the reflection spans from the first source group's start to the last one's end."""
+    ranges = _GROUP_RANGE.findall(source)
+    if not ranges:
+        return text
+    start, end = ranges[0][0], ranges[-1][1]
+    return wrap_observation_group(
+        text, observation_group_id(f"reflection:{start}:{end}"), start, end, kind="reflection"
     )

@@ -124,7 +124,7 @@ def run_buffer_observation(deps: Deps, stream_id: str, cycle_id: str) -> WorkOut
     messages = [m for m in state.window if flight.from_seq <= m.seq <= flight.to_seq]
     started = time.monotonic()
     try:
-        result = observe_messages(deps.models, state, config, messages, buffered=True)
+        result = observe_messages(deps.models, state, config, messages, buffered=True, cycle_id=cycle_id)
     except (ModelError, ObserverFailedError) as exc:
         failed = ObservationBufferFailed(
             cycle_id=cycle_id,
@@ -211,7 +211,7 @@ def run_sync_observation(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutco
     messages = [m for m in state.window if flight.from_seq <= m.seq <= flight.to_seq]
     started = time.monotonic()
     try:
-        result = observe_messages(deps.models, state, config, messages, buffered=False)
+        result = observe_messages(deps.models, state, config, messages, buffered=False, cycle_id=cycle_id)
     except (ModelError, ObserverFailedError) as exc:
         failed = SyncObservationFailed(
             cycle_id=cycle_id,

@@ -13,9 +13,10 @@ from typing import Any
 
 from om_core.domain import thresholds
 from om_core.domain.config import MemoryConfig
-from om_core.domain.observation_log import optimize_observations_for_context
+from om_core.domain.observation_log import optimize_observations_for_context, render_groups_for_context
 from om_core.domain.policy import Limits, resolve_limits
-from om_core.domain.state import RecordState
+from om_core.domain.state import RecordState, WindowMessage
+from om_core.domain.transcript import obscure_thread_id
 
 PREAMBLE = (
     "The observations below are your memory of earlier parts of this conversation with this user, "
@@ -40,6 +41,7 @@ CONTINUATION_REMINDER = (
 )
 
 OBSERVATIONS_OPEN = "<observations>"
+OTHER_PART_MAX_CHARS = 500
 OBSERVATIONS_CLOSE = "</observations>"
 
 
@@ -57,22 +59,32 @@ class ContextWindow:
     warnings: list[str] = field(default_factory=list)
 
 
-def build_context(state: RecordState, config: MemoryConfig, now: datetime) -> ContextWindow:
+def build_context(
+    state: RecordState, config: MemoryConfig, now: datetime, *, thread_id: str | None = None
+) -> ContextWindow:
+    """The window for ``thread_id``. A resource record holds every thread's unobserved messages: the
+    thread's own are its raw messages, the others' recent ones come as a block of other conversations."""
     system: list[str] = []
-    if state.log:
+    shared = state.thread_id is None and thread_id is not None
+    own = [m for m in state.window if not shared or m.thread_id in (thread_id, None)]
+    others = [m for m in state.window if shared and m.thread_id not in (thread_id, None)]
+    if state.log or others:
         preamble = PREAMBLE
         if config.retrieval is not None:
             preamble += "\n\n" + RETRIEVAL_INSTRUCTIONS
             if config.retrieval.instructions:
                 preamble += "\n\n" + config.retrieval.instructions
         system.append(preamble)
-        system.append(OBSERVATIONS_OPEN)
-        # one message per log segment: older segments never change, so prompt caches keep hitting them
-        for segment in state.log:
-            text = optimize_observations_for_context(segment.text, now)
-            if text.strip():
-                system.append(text)
-        system.append(OBSERVATIONS_CLOSE)
+        if others:
+            system.append(_other_conversations(others, config))
+        if state.log:
+            system.append(OBSERVATIONS_OPEN)
+            # one message per log segment: older segments never change, so prompt caches keep hitting them
+            for segment in state.log:
+                text = optimize_observations_for_context(segment.text, now)
+                if text.strip():
+                    system.append(render_groups_for_context(text) if config.retrieval is not None else text)
+            system.append(OBSERVATIONS_CLOSE)
         if state.current_task and config.observation.continuation_hints:
             system.append(f"<current-task>\n{state.current_task}\n</current-task>")
         if state.suggested_response and config.observation.continuation_hints:
@@ -88,11 +100,36 @@ def build_context(state: RecordState, config: MemoryConfig, now: datetime) -> Co
     return ContextWindow(
         system=system,
         continuation=continuation,
-        messages=[m.message for m in state.window],
+        messages=[m.message for m in own],
         status=build_status(state, config),
         version=state.version,
         pending_tokens=state.pending_tokens,
         observation_tokens=state.observation_tokens,
+    )
+
+
+def _other_conversations(messages: list[WindowMessage], config: MemoryConfig) -> str:
+    """Recent unobserved messages of the resource's other threads, each part cut at 500 characters."""
+    blocks: list[str] = []
+    by_thread: dict[str, list[WindowMessage]] = {}
+    for message in messages:
+        by_thread.setdefault(message.thread_id or "", []).append(message)
+    for thread, items in by_thread.items():
+        shown = obscure_thread_id(thread) if config.obscure_thread_ids else thread
+        lines = []
+        for item in items:
+            text = " ".join(
+                str(part.get("text", ""))
+                for part in item.message.get("parts", [])
+                if isinstance(part, dict) and part.get("type") == "text"
+            )
+            if len(text) > OTHER_PART_MAX_CHARS:
+                text = f"{text[:OTHER_PART_MAX_CHARS]}... [truncated {len(text) - OTHER_PART_MAX_CHARS} characters]"
+            lines.append(f"{item.role.capitalize()}: {text}")
+        blocks.append(f'<other-conversation id="{shown}">\n' + "\n".join(lines) + "\n</other-conversation>")
+    return (
+        "Content from OTHER conversations with this user, not yet in your memory. Use it as background; "
+        "answer the current conversation.\n\n" + "\n\n".join(blocks)
     )
 
 

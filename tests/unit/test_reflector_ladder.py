@@ -18,7 +18,7 @@ from om_core.domain.prompts import REFLECTOR_LEVEL_LINE
 
 SOURCE = "\n".join(f"* 🔴 (10:{i:02d}) the user mentioned fact number {i} about Lisbon" for i in range(40))
 DEGENERATE = "<observations>\n" + "\n".join(
-    ["* 🟡 (10:00) the assistant repeated the same long looping sentence about the weather again and again"] * 300
+    ["* 🟡 (10:00) the assistant repeated one long looping sentence about the weather again and again"] * 300
 )
 
 

@@ -304,6 +304,104 @@ class SqlEventStore(EventStore):
         tasks: Sequence[TaskRequest],
         message_rows: list[_MessageRow],
     ) -> list[int]:
+        if len(new_events) == 1:
+            sql, parameters = self._append_one_postgres(
+                stream_id, new_events[0], expected, snapshot, tasks, message_rows
+            )
+        else:
+            sql, parameters = self._append_many_postgres(
+                stream_id, new_events, expected, snapshot, tasks, message_rows
+            )
+        # The hot path runs on the pooled driver connection: SQLAlchemy's Connection and result set-up
+        # took more client CPU than the statement itself, and CPU is what 16 writers on 2 cores run out of.
+        try:
+            raw = self._engine.raw_connection()
+        except psycopg.OperationalError as error:  # raw_connection passes connect errors on unwrapped
+            raise StoreUnavailableError(str(error)) from error
+        try:
+            driver = raw.driver_connection
+            assert isinstance(driver, psycopg.Connection)
+            # prepare=True: the statement texts are few and fixed, so prepare on first use, not the fifth.
+            rows = driver.execute(sql, parameters, prepare=True).fetchall()
+            if not driver.autocommit:
+                driver.commit()
+        except psycopg.IntegrityError as error:
+            raw.rollback()
+            failure: Exception | None = error
+        except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+            raw.invalidate(error)
+            raise StoreUnavailableError(str(error)) from error
+        else:
+            failure = None
+        finally:
+            raw.close()
+        if failure is not None or not rows:
+            with self._engine.connect() as conn:
+                if failure is None:
+                    raise self._conflict(conn, stream_id, new_events, expected)
+                raise self._append_failure(
+                    conn, _violated_key(failure), stream_id, new_events, expected, message_rows
+                ) from None
+        if len(rows) == 1:
+            return [rows[0][0]]
+        return [position for position, _ in sorted(rows, key=lambda row: row[1])]
+
+    def _append_one_postgres(
+        self,
+        stream_id: str,
+        new_event: NewEvent,
+        expected: int,
+        snapshot: StateSnapshot | None,
+        tasks: Sequence[TaskRequest],
+        message_rows: list[_MessageRow],
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The statement and parameters of the commonest append, one event: every value is a parameter of
+        its own, with no JSON document to build and unpack on either side."""
+        parameters: list[Any] = [
+            stream_id,
+            expected,
+            new_event.event_id,
+            new_event.event_type,
+            new_event.schema_version,
+            json_dumps(new_event.data),
+            json_dumps(new_event.metadata) if new_event.metadata else "{}",
+        ]
+        if snapshot is not None:
+            parameters += (
+                snapshot.tenant,
+                snapshot.thread_id,
+                snapshot.resource_id,
+                json_dumps(snapshot.state),
+            )
+        if message_rows:
+            (m,) = message_rows
+            parameters += (
+                m.message_id,
+                m.seq,
+                _tenant(stream_id, snapshot),
+                m.thread_id,
+                m.resource_id or (snapshot.resource_id if snapshot is not None else None),
+                m.role,
+                m.created_at,
+                m.tokens,
+                m.content_hash,
+                json_dumps(m.message),
+                m.search,
+            )
+        if tasks:
+            parameters.append(_tasks_document(tasks))
+        sql = _postgres_append_one_sql(snapshot is not None, bool(message_rows), bool(tasks))
+        return sql, tuple(parameters)
+
+    def _append_many_postgres(
+        self,
+        stream_id: str,
+        new_events: Sequence[NewEvent],
+        expected: int,
+        snapshot: StateSnapshot | None,
+        tasks: Sequence[TaskRequest],
+        message_rows: list[_MessageRow],
+    ) -> tuple[str, Any]:
         # Each group of rows travels as one JSON document: dumping Python lists as Postgres arrays
         # costs more client CPU than the whole statement costs the server.
         params: dict[str, Any] = {
@@ -347,44 +445,11 @@ class SqlEventStore(EventStore):
                 ]
             )
         if tasks:
-            params["tasks"] = json_dumps(
-                [{"key": t.key, "name": t.task_name, "queue": t.queue, "payload": t.payload} for t in tasks]
-            )
+            params["tasks"] = _tasks_document(tasks)
         statement = self._statement(
             _postgres_append_statement, snapshot is not None, bool(message_rows), bool(tasks)
         )
-        # The hot path runs on the pooled driver connection: SQLAlchemy's Connection and result set-up
-        # took more client CPU than the statement itself, and CPU is what 16 writers on 2 cores run out of.
-        try:
-            raw = self._engine.raw_connection()
-        except psycopg.OperationalError as error:  # raw_connection passes connect errors on unwrapped
-            raise StoreUnavailableError(str(error)) from error
-        try:
-            cursor = raw.cursor()
-            try:
-                cursor.execute(statement.sql, statement.parameters(params))
-                rows = cursor.fetchall()
-            finally:
-                cursor.close()
-            raw.commit()
-        except psycopg.IntegrityError as error:
-            raw.rollback()
-            failure: Exception | None = error
-        except (psycopg.OperationalError, psycopg.InterfaceError) as error:
-            raw.invalidate(error)
-            raise StoreUnavailableError(str(error)) from error
-        else:
-            failure = None
-        finally:
-            raw.close()
-        if failure is not None or not rows:
-            with self._engine.connect() as conn:
-                if failure is None:
-                    raise self._conflict(conn, stream_id, new_events, expected)
-                raise self._append_failure(
-                    conn, _violated_key(failure), stream_id, new_events, expected, message_rows
-                ) from None
-        return [position for position, _ in sorted(rows, key=lambda row: row[1])]
+        return statement.sql, statement.parameters(params)
 
     def _append_sqlite(
         self,
@@ -1087,3 +1152,63 @@ def _postgres_append_statement(with_snapshot: bool, with_messages: bool, with_ta
         dependent.append(task_insert.cte("box"))
 
     return sa.select(inserted.c.global_position, inserted.c.stream_version).add_cte(*dependent)
+
+
+def _tasks_document(tasks: Sequence[TaskRequest]) -> str:
+    return json_dumps(
+        [{"key": t.key, "name": t.task_name, "queue": t.queue, "payload": t.payload} for t in tasks]
+    )
+
+
+_RECORD_UPSERT_SET = (
+    "ON CONFLICT (stream_id) DO UPDATE SET tenant = excluded.tenant, thread_id = excluded.thread_id,"
+    " resource_id = excluded.resource_id, version = excluded.version, state = excluded.state,"
+    " updated_at = excluded.updated_at"
+)
+
+
+@functools.cache
+def _postgres_append_one_sql(with_snapshot: bool, with_message: bool, with_tasks: bool) -> str:
+    """A one-event append as data-modifying CTEs of one statement, with positional (``%s``) parameters:
+
+    stream id, expected version, event id, type, schema version, data and metadata (JSON text); then, with a
+    snapshot, its tenant, thread id, resource id and state (JSON text); then, with a message row, its id, seq,
+    tenant, thread id, resource id, role, created at, tokens, content hash, message (JSON text) and search
+    text; then, with tasks, the JSON document of the outbox rows. Every parameter carries an explicit cast, so
+    the statement is the same whatever Python type psycopg picks for a value (int2/int4/int8, NULL).
+
+    The compare-and-set: version ``expected`` must exist (a gap is a conflict too), and the unique
+    ``(stream_id, stream_version)`` key refuses ``expected + 1`` if someone else wrote it meanwhile.
+    """
+    parts = [
+        "WITH p AS (SELECT %s::text AS stream_id, %s::bigint AS expected),"
+        " ev AS (INSERT INTO om_events"
+        " (stream_id, stream_version, event_id, event_type, schema_version, data, metadata)"
+        " SELECT p.stream_id, p.expected + 1, %s::uuid, %s::text, %s::integer, %s::jsonb, %s::jsonb FROM p"
+        " WHERE p.expected = 0 OR EXISTS (SELECT FROM om_events AS prev"
+        " WHERE prev.stream_id = p.stream_id AND prev.stream_version = p.expected)"
+        " RETURNING global_position, stream_version)"
+    ]
+    if with_snapshot:
+        parts.append(
+            ", rec AS (INSERT INTO om_records"
+            " (stream_id, tenant, thread_id, resource_id, version, state, updated_at)"
+            " SELECT p.stream_id, %s::text, %s::text, %s::text, ev.stream_version, %s::jsonb, now()"
+            " FROM p, ev " + _RECORD_UPSERT_SET + ")"
+        )
+    if with_message:
+        parts.append(
+            ", msg AS (INSERT INTO om_messages (stream_id, message_id, seq, stream_version, tenant,"
+            " thread_id, resource_id, role, created_at, tokens, content_hash, message, search)"
+            " SELECT p.stream_id, %s::text, %s::bigint, ev.stream_version, %s::text, %s::text, %s::text,"
+            " %s::text, %s::timestamptz, %s::integer, %s::text, %s::jsonb, %s::text FROM p, ev)"
+        )
+    if with_tasks:
+        parts.append(
+            ", box AS (INSERT INTO om_outbox (key, stream_id, task_name, queue, payload)"
+            " SELECT t.key, p.stream_id, t.name, t.queue, t.payload"
+            " FROM p, ev, jsonb_to_recordset(%s::jsonb) AS t(key text, name text, queue text, payload jsonb)"
+            " ON CONFLICT (key) DO NOTHING)"
+        )
+    parts.append(" SELECT global_position FROM ev")
+    return "".join(parts)

@@ -124,7 +124,8 @@ def _other_conversations(messages: list[WindowMessage], config: MemoryConfig) ->
                 if isinstance(part, dict) and part.get("type") == "text"
             )
             if len(text) > OTHER_PART_MAX_CHARS:
-                text = f"{text[:OTHER_PART_MAX_CHARS]}... [truncated {len(text) - OTHER_PART_MAX_CHARS} characters]"
+                cut = len(text) - OTHER_PART_MAX_CHARS
+                text = f"{text[:OTHER_PART_MAX_CHARS]}... [truncated {cut} characters]"
             lines.append(f"{item.role.capitalize()}: {text}")
         blocks.append(f'<other-conversation id="{shown}">\n' + "\n".join(lines) + "\n</other-conversation>")
     return (

@@ -15,9 +15,11 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -57,22 +59,13 @@ def snapshot(version: int) -> StateSnapshot:
 # --- appends -----------------------------------------------------------------------------------------------
 
 
-def writer(
-    url: str,
-    index: int,
-    per_tx: int,
-    shared_streams: int,
-    seconds: float,
-    start: Barrier,
-    results: Any,
+def appender(
+    store: SqlEventStore, per_tx: int, shared_streams: int, deadline: float, totals: list[tuple[int, int]]
 ) -> None:
-    store = create_event_store(url, pool_size=1, max_overflow=0)
     own = [f"bench/thread/{uuid.uuid4()}" for _ in range(20)]
     shared = [f"bench/shared/{i}" for i in range(shared_streams)]
     versions: dict[str, int] = {}
     appends = conflicts = 0
-    start.wait()
-    deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         stream = shared[appends % len(shared)] if shared else own[appends % len(own)]
         version = versions.get(stream, 0)
@@ -85,40 +78,104 @@ def writer(
             continue
         versions[stream] = version + per_tx
         appends += 1
+    totals.append((appends, conflicts))
+
+
+def writer(
+    url: str,
+    threads: int,
+    per_tx: int,
+    shared_streams: int,
+    seconds: float,
+    start: Barrier,
+    results: Any,
+) -> None:
+    """One writer process: ``threads`` appenders sharing one store (a pool of as many connections), as a
+    threaded application server would; each appender waits for its append before starting the next."""
+    store = create_event_store(url, pool_size=threads, max_overflow=0)
+    totals: list[tuple[int, int]] = []
+    start.wait()
+    deadline = time.perf_counter() + seconds
+    workers = [
+        threading.Thread(target=appender, args=(store, per_tx, shared_streams, deadline, totals))
+        for _ in range(threads)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
     store.close()
-    results.put((appends, conflicts))
+    results.put((sum(a for a, _ in totals), sum(c for _, c in totals)))
 
 
 def append_throughput(
-    url: str, writers: int, per_tx: int, seconds: float, shared_streams: int = 0
+    url: str,
+    writers: int,
+    per_tx: int,
+    seconds: float,
+    shared_streams: int = 0,
+    *,
+    processes: int | None = None,
 ) -> dict[str, Any]:
+    """``writers`` concurrent appenders (each on its own connection), spread over ``processes`` processes
+    (one per writer by default). The writers' CPU time is reported per append: on 2 cores it competes with
+    the server's, so a harness that burns more client CPU per append measures a lower figure."""
+    processes = processes or writers
+    if writers % processes:
+        raise ValueError("writers must be a multiple of processes")
     context = mp.get_context("fork")
-    start = context.Barrier(writers + 1)
+    start = context.Barrier(processes + 1)
     results = context.Queue()
-    processes = [
-        context.Process(target=writer, args=(url, i, per_tx, shared_streams, seconds, start, results))
-        for i in range(writers)
+    children = [
+        context.Process(
+            target=writer,
+            args=(url, writers // processes, per_tx, shared_streams, seconds, start, results),
+        )
+        for _ in range(processes)
     ]
-    for process in processes:
-        process.start()
+    for child in children:
+        child.start()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy_before = cpu_busy_seconds()
     start.wait()
     began = time.perf_counter()
-    totals = [results.get() for _ in processes]
+    totals = [results.get() for _ in children]
     elapsed = time.perf_counter() - began
-    for process in processes:
-        process.join()
+    for child in children:
+        child.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy_after = cpu_busy_seconds()
     appends = sum(a for a, _ in totals)
     conflicts = sum(c for _, c in totals)
+    client_cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     figures: dict[str, Any] = {
         "writers": writers,
+        "processes": processes,
         "events_per_tx": per_tx,
         "appends_per_s": round(appends / elapsed),
         "events_per_s": round(appends * per_tx / elapsed),
+        # CPU per append: the writer processes, and everything else on the machine (Postgres, and any other
+        # load); the latter only when /proc/stat is there.
+        "writer_cpu_ms_per_append": round(1000 * client_cpu / max(appends, 1), 3),
     }
+    if busy_before is not None and busy_after is not None:
+        other_cpu = busy_after - busy_before - client_cpu
+        figures["other_cpu_ms_per_append"] = round(1000 * other_cpu / max(appends, 1), 3)
     if shared_streams:
         figures["shared_streams"] = shared_streams
         figures["conflicts_per_s"] = round(conflicts / elapsed)
     return figures
+
+
+def cpu_busy_seconds() -> float | None:
+    """Non-idle CPU time of the whole machine so far (Linux), to account for the server's share."""
+    try:
+        with open("/proc/stat") as stat:
+            ticks = [int(field) for field in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def baseline_writer(conninfo: str, seconds: float, start: Barrier, results: Any) -> None:

@@ -103,3 +103,7 @@ def _register_entry_points() -> None:
 
 
 _register_entry_points()
+
+
+if __name__ == "__main__":
+    app()

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from om_core.application.ports import MessageConflictError
+from om_core.application.ports import DuplicateMessageError, MessageConflictError
 from om_core.application.records import (
     Deps,
     Plan,
@@ -86,7 +86,7 @@ def configure_thread(
                 at=format_time(deps.clock()),
             )
         )
-        commit(deps, plan, state.version)
+        commit(deps, plan)
         return plan.state
 
     return retry_on_conflict(attempt)
@@ -123,11 +123,11 @@ def append_messages(
         # resource scope: the thread itself is still recorded on its own stream, with its resource
         configure_thread(deps, tenant=tenant, thread_id=thread_id, resource_id=resource_id)
 
-    def attempt() -> AppendOutcome:
+    def attempt(careful: bool) -> AppendOutcome:
         state = load_state(deps.store, stream_id)
         config = record_config(deps.profile, state)
         counter = counter_for(config)
-        stored = deps.store.find_messages(stream_id, [m.id for m, _ in batch])
+        stored = deps.store.find_messages(stream_id, [m.id for m, _ in batch]) if careful else {}
         duplicates: list[str] = []
         fresh: list[tuple[Message, str]] = []
         for message, digest in batch:
@@ -167,7 +167,7 @@ def append_messages(
             # an assistant message closes the turn: that is when bufferOnIdle buffers
             turn_ended = fresh[-1][0].role == "assistant"
             plan_decisions(plan, config, now, mode="idle" if turn_ended else "append")
-        version = commit(deps, plan, state.version)
+        version = commit(deps, plan)
         return AppendOutcome(
             stream_id=stream_id,
             version=version,
@@ -177,7 +177,14 @@ def append_messages(
             state=plan.state,
         )
 
-    return retry_on_conflict(attempt)
+    def optimistic() -> AppendOutcome:
+        # most appends are new messages: let the store's key catch repeats instead of reading ids first
+        try:
+            return attempt(careful=False)
+        except DuplicateMessageError:
+            return attempt(careful=True)
+
+    return retry_on_conflict(optimistic)
 
 
 def idempotency_hash(message: Message, *, client_timed: bool) -> str:

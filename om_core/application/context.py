@@ -91,7 +91,7 @@ def _settle(deps: Deps, stream_id: str, caller_model: str | None, wait: bool) ->
             Plan(state), config, now, mode="read" if wait else "work", caller_model=caller_model
         )
         try:
-            commit(deps, plan, state.version)
+            commit(deps, plan)
         except ConcurrencyError:
             continue
         state = plan.state
@@ -181,7 +181,7 @@ def _apply_failure_policy(deps: Deps, state: RecordState) -> RecordState:
         )
     )
     try:
-        commit(deps, plan, state.version)
+        commit(deps, plan)
     except ConcurrencyError:
         return load_state(deps.store, state.stream_id)
     return plan.state

@@ -41,7 +41,7 @@ def sweep_idle(deps: Deps, stream_id: str) -> int:
             return 0
         config = record_config(deps.profile, state)
         plan = plan_decisions(Plan(state), config, deps.clock(), mode="idle")
-        commit(deps, plan, state.version, metadata={"cause": "idle-sweep"})
+        commit(deps, plan, metadata={"cause": "idle-sweep"})
         return len(plan.events)
 
     return retry_on_conflict(attempt)
@@ -102,7 +102,7 @@ def recover_stuck_cycles(deps: Deps, stream_id: str, older_than: timedelta) -> l
             plan.add(event, event_id=effect_event_id(stream_id, cycle_id, "outcome"))
         plan_decisions(plan, record_config(deps.profile, state), now, mode="work")
         try:
-            commit(deps, plan, state.version, metadata={"cause": "stuck-cycle-recovery"})
+            commit(deps, plan, metadata={"cause": "stuck-cycle-recovery"})
         except DuplicateEventError:
             # an outcome landed between our read and our append: the cycle is not stuck after all
             return []

@@ -81,7 +81,7 @@ def observe_now(deps: Deps, *, tenant: str, thread_id: str, wait: bool = True) -
                 )
             )
             plan.tasks.append(_task(stream_id, cycle, TASK_OBSERVE_SYNC, wait))
-        version = commit(deps, plan, state.version)
+        version = commit(deps, plan)
         return plan, version, cycle
 
     plan, version, cycle = retry_on_conflict(attempt)
@@ -116,7 +116,7 @@ def reflect_now(deps: Deps, *, tenant: str, thread_id: str, wait: bool = True) -
             )
         )
         plan.tasks.append(_task(stream_id, cycle, TASK_REFLECT, wait))
-        version = commit(deps, plan, state.version)
+        version = commit(deps, plan)
         return plan, version, cycle
 
     plan, version, cycle = retry_on_conflict(attempt)

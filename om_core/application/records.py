@@ -24,7 +24,7 @@ from om_core.domain.events import (
     from_recorded,
     to_new_event,
 )
-from om_core.domain.state import RecordState, fold, initial_state
+from om_core.domain.state import RecordState, evolve, fold, initial_state
 from om_core.domain.timeutil import format_time
 from om_core.domain.tokens import TokenCounter, make_tokenizer
 
@@ -134,17 +134,17 @@ def counter_for(config: MemoryConfig) -> TokenCounter:
 
 
 def load_state(store: EventStore, stream_id: str) -> RecordState:
-    """The record's inline projection, caught up with any events it does not reflect yet."""
+    """The record's inline projection: one row, whatever the length of the stream.
+
+    Every commit writes it in the same transaction as its events, so it is never behind them. A stream
+    without one (its projection was dropped) is folded from its events.
+    """
     snapshot = store.load_snapshot(stream_id)
     if snapshot is None:
-        state = initial_state(stream_id)
-    else:
-        data, version = snapshot
-        state = RecordState.from_json(data)
-        state.version = version
-    newer = store.read_stream(stream_id, after_version=state.version)
-    if newer:
-        state = fold(state, [from_recorded(r) for r in newer], version=newer[-1].stream_version)
+        return replay_state(store, stream_id)
+    data, version = snapshot
+    state = RecordState.from_json(data)
+    state.version = version
     return state
 
 
@@ -165,19 +165,28 @@ def snapshot_of(state: RecordState, tenant: str) -> StateSnapshot:
 
 @dataclass
 class Plan:
-    """Events and outbox tasks decided for one commit, and the state they lead to."""
+    """Events and outbox tasks decided for one commit, and the state they lead to.
+
+    The plan takes ownership of the state it is given and evolves it in place as events are added: the
+    caller must not keep using that state object as "before" (``base_version`` remembers where it was).
+    """
 
     state: RecordState
+    base_version: int = -1
     events: list[DomainEvent] = field(default_factory=list)
     event_ids: list[uuid.UUID | None] = field(default_factory=list)
     tasks: list[TaskRequest] = field(default_factory=list)
     sync_cycle: str | None = None
     sync_task: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.base_version < 0:
+            self.base_version = self.state.version
+
     def add(self, event: DomainEvent, *, event_id: uuid.UUID | None = None) -> None:
         self.events.append(event)
         self.event_ids.append(event_id)
-        self.state = fold(self.state, [event])
+        evolve(self.state, [event])
 
 
 def plan_decisions(
@@ -285,11 +294,12 @@ def _task(stream_id: str, cycle_id: str, task_name: str, queue: str) -> TaskRequ
     )
 
 
-def commit(deps: Deps, plan: Plan, base_version: int, *, metadata: Mapping[str, Any] | None = None) -> int:
-    """Append the plan's events with compare-and-set on ``base_version``; returns the new version.
+def commit(deps: Deps, plan: Plan, *, metadata: Mapping[str, Any] | None = None) -> int:
+    """Append the plan's events with compare-and-set on the version it started from; returns the new one.
 
     Raises ConcurrencyError when another writer got there first: callers re-load and re-plan.
     """
+    base_version = plan.base_version
     if not plan.events:
         return base_version
     stream_id = plan.state.stream_id

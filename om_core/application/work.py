@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from om_core.application.observer import ObserverFailedError, observe_messages
 from om_core.application.ports import DuplicateEventError, ModelError
@@ -45,7 +46,7 @@ from om_core.domain.events import (
     effect_event_id,
 )
 from om_core.domain.observer_output import thread_title_accepted
-from om_core.domain.state import RecordState
+from om_core.domain.state import BufferInFlight, RecordState, SyncInFlight
 from om_core.domain.timeutil import format_time
 
 
@@ -102,7 +103,7 @@ def _record_outcome(
             result = WorkOutcome.FAILED
         plan_decisions(plan, config, deps.clock(), mode="work")
         try:
-            commit(deps, plan, state.version)
+            commit(deps, plan)
         except DuplicateEventError:
             return WorkOutcome.DUPLICATE
         return result
@@ -113,33 +114,77 @@ def _record_outcome(
 # --- observation ------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _ObservationKind:
+    """What differs between a background (buffer) and a synchronous observation cycle."""
+
+    buffered: bool
+    flight: Callable[[RecordState], BufferInFlight | SyncInFlight | None]
+    completed: type[ObservationBufferCompleted] | type[SyncObservationCompleted]
+    failed: type[ObservationBufferFailed] | type[SyncObservationFailed]
+    stale: type[ObservationBufferStale] | type[SyncObservationStale]
+    stale_reason: str
+
+
+_BUFFER = _ObservationKind(
+    buffered=True,
+    flight=lambda s: s.buffer_in_flight,
+    completed=ObservationBufferCompleted,
+    failed=ObservationBufferFailed,
+    stale=ObservationBufferStale,
+    stale_reason="messages were observed meanwhile",
+)
+_SYNC = _ObservationKind(
+    buffered=False,
+    flight=lambda s: s.sync_in_flight,
+    completed=SyncObservationCompleted,
+    failed=SyncObservationFailed,
+    stale=SyncObservationStale,
+    stale_reason="the cycle is no longer in flight",
+)
+
+
 def run_buffer_observation(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
+    return _run_observation(deps, stream_id, cycle_id, _BUFFER)
+
+
+def run_sync_observation(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
+    return _run_observation(deps, stream_id, cycle_id, _SYNC)
+
+
+def _run_observation(deps: Deps, stream_id: str, cycle_id: str, kind: _ObservationKind) -> WorkOutcome:
+    def valid(s: RecordState) -> bool:
+        flight = kind.flight(s)
+        return flight is not None and flight.cycle_id == cycle_id
+
+    def stale(s: RecordState) -> DomainEvent:
+        return kind.stale(cycle_id=cycle_id, reason=kind.stale_reason, at=format_time(deps.clock()))
+
     state = load_state(deps.store, stream_id)
-    flight = state.buffer_in_flight
+    flight = kind.flight(state)
     if flight is None or flight.cycle_id != cycle_id:
         # already done (a redelivery: the stale record collides with the stored outcome) or superseded
-        return _record_outcome(deps, stream_id, cycle_id, lambda s: None, stale=_buffer_stale(cycle_id, deps))
+        return _record_outcome(deps, stream_id, cycle_id, lambda s: None, stale=stale)
     config = record_config(deps.profile, state)
-    _mark_started(deps, stream_id, cycle_id)
+    if kind.buffered:
+        _mark_started(deps, stream_id, cycle_id)
     messages = [m for m in state.window if flight.from_seq <= m.seq <= flight.to_seq]
     started = time.monotonic()
     try:
-        result = observe_messages(deps.models, state, config, messages, buffered=True, cycle_id=cycle_id)
+        result = observe_messages(
+            deps.models, state, config, messages, buffered=kind.buffered, cycle_id=cycle_id
+        )
     except (ModelError, ObserverFailedError) as exc:
-        failed = ObservationBufferFailed(
+        failed = kind.failed(
             cycle_id=cycle_id,
             error=str(exc),
             attempts=getattr(exc, "attempts", 1),
             failed_at=format_time(deps.clock()),
         )
         return _record_outcome(
-            deps,
-            stream_id,
-            cycle_id,
-            lambda s: [failed] if _buffer_valid(s, cycle_id) else None,
-            stale=_buffer_stale(cycle_id, deps),
+            deps, stream_id, cycle_id, lambda s: [failed] if valid(s) else None, stale=stale
         )
-    completed = ObservationBufferCompleted(
+    completed = kind.completed(
         cycle_id=cycle_id,
         from_seq=flight.from_seq,
         to_seq=flight.to_seq,
@@ -161,22 +206,8 @@ def run_buffer_observation(deps: Deps, stream_id: str, cycle_id: str) -> WorkOut
         deps,
         stream_id,
         cycle_id,
-        lambda s: (
-            [completed, *_title_events(s, result.thread_title, cycle_id, deps)]
-            if _buffer_valid(s, cycle_id)
-            else None
-        ),
-        stale=_buffer_stale(cycle_id, deps),
-    )
-
-
-def _buffer_valid(state: RecordState, cycle_id: str) -> bool:
-    return state.buffer_in_flight is not None and state.buffer_in_flight.cycle_id == cycle_id
-
-
-def _buffer_stale(cycle_id: str, deps: Deps) -> Callable[[RecordState], DomainEvent]:
-    return lambda s: ObservationBufferStale(
-        cycle_id=cycle_id, reason="messages were observed meanwhile", at=format_time(deps.clock())
+        lambda s: [completed, *_title_events(s, result.thread_title, cycle_id, deps)] if valid(s) else None,
+        stale=stale,
     )
 
 
@@ -194,77 +225,11 @@ def _mark_started(deps: Deps, stream_id: str, cycle_id: str) -> None:
             event_id=started_id,
         )
         try:
-            commit(deps, plan, state.version)
+            commit(deps, plan)
         except DuplicateEventError:
             return
 
     retry_on_conflict(attempt)
-
-
-def run_sync_observation(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
-    state = load_state(deps.store, stream_id)
-    flight = state.sync_in_flight
-    if flight is None or flight.cycle_id != cycle_id:
-        # already done (a redelivery: the stale record collides with the stored outcome) or superseded
-        return _record_outcome(deps, stream_id, cycle_id, lambda s: None, stale=_sync_stale(cycle_id, deps))
-    config = record_config(deps.profile, state)
-    messages = [m for m in state.window if flight.from_seq <= m.seq <= flight.to_seq]
-    started = time.monotonic()
-    try:
-        result = observe_messages(deps.models, state, config, messages, buffered=False, cycle_id=cycle_id)
-    except (ModelError, ObserverFailedError) as exc:
-        failed = SyncObservationFailed(
-            cycle_id=cycle_id,
-            error=str(exc),
-            attempts=getattr(exc, "attempts", 1),
-            failed_at=format_time(deps.clock()),
-        )
-        return _record_outcome(
-            deps,
-            stream_id,
-            cycle_id,
-            lambda s: [failed] if _sync_valid(s, cycle_id) else None,
-            stale=_sync_stale(cycle_id, deps),
-        )
-    completed = SyncObservationCompleted(
-        cycle_id=cycle_id,
-        from_seq=flight.from_seq,
-        to_seq=flight.to_seq,
-        message_ids=[m.message_id for m in messages],
-        message_tokens=sum(m.tokens for m in messages),
-        observations=result.observations,
-        observation_tokens=result.observation_tokens,
-        last_observed_at=result.last_observed_at,
-        current_task=result.current_task,
-        suggested_response=result.suggested_response,
-        thread_title=result.thread_title,
-        extracted=result.extracted,
-        extraction_failures=result.extraction_failures,
-        usage=result.usage,
-        completed_at=format_time(deps.clock()),
-        duration_ms=(time.monotonic() - started) * 1000,
-    )
-    return _record_outcome(
-        deps,
-        stream_id,
-        cycle_id,
-        lambda s: (
-            [completed, *_title_events(s, result.thread_title, cycle_id, deps)]
-            if _sync_valid(s, cycle_id)
-            else None
-        ),
-        stale=_sync_stale(cycle_id, deps),
-    )
-
-
-def _sync_valid(state: RecordState, cycle_id: str) -> bool:
-    return state.sync_in_flight is not None and state.sync_in_flight.cycle_id == cycle_id
-
-
-def _sync_stale(cycle_id: str, deps: Deps) -> Callable[[RecordState], DomainEvent]:
-    return lambda s: SyncObservationStale(
-        cycle_id=cycle_id, reason="the cycle is no longer in flight", at=format_time(deps.clock())
-    )
 
 
 def _title_events(state: RecordState, title: str | None, cycle_id: str, deps: Deps) -> list[DomainEvent]:

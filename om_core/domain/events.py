@@ -108,10 +108,8 @@ class ObservationBufferStarted(DomainEvent):
     started_at: str
 
 
-class ObservationBufferCompleted(DomainEvent):
-    """A chunk: observations of exactly the messages ``from_seq..to_seq`` of the request."""
-
-    event_type: ClassVar[str] = "ObservationBufferCompleted"
+class ObservationOutcome(DomainEvent):
+    """Observations of exactly the messages ``from_seq..to_seq`` of a cycle, with what was extracted."""
 
     cycle_id: str
     from_seq: int
@@ -129,6 +127,12 @@ class ObservationBufferCompleted(DomainEvent):
     usage: Usage = Usage()
     completed_at: str
     duration_ms: float = 0.0
+
+
+class ObservationBufferCompleted(ObservationOutcome):
+    """A chunk: waits in the buffer until an activation appends it to the log."""
+
+    event_type: ClassVar[str] = "ObservationBufferCompleted"
 
 
 class ObservationBufferFailed(DomainEvent):
@@ -179,25 +183,10 @@ class SyncObservationStarted(DomainEvent):
     started_at: str
 
 
-class SyncObservationCompleted(DomainEvent):
-    event_type: ClassVar[str] = "SyncObservationCompleted"
+class SyncObservationCompleted(ObservationOutcome):
+    """Observed while a reader waited: appended to the log at once."""
 
-    cycle_id: str
-    from_seq: int
-    to_seq: int
-    message_ids: list[str]
-    message_tokens: int
-    observations: str
-    observation_tokens: int
-    last_observed_at: str
-    current_task: str | None = None
-    suggested_response: str | None = None
-    thread_title: str | None = None
-    extracted: JSONDict = {}
-    extraction_failures: JSONDict = {}
-    usage: Usage = Usage()
-    completed_at: str
-    duration_ms: float = 0.0
+    event_type: ClassVar[str] = "SyncObservationCompleted"
 
 
 class SyncObservationFailed(DomainEvent):

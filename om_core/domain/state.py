@@ -250,13 +250,18 @@ def initial_state(stream_id: str) -> RecordState:
 
 def fold(state: RecordState, events: Iterable[DomainEvent], *, version: int | None = None) -> RecordState:
     """Apply ``events`` in order to a copy of ``state``; the input is never modified."""
-    new = state.model_copy(deep=True)
+    return evolve(state.model_copy(deep=True), events, version=version)
+
+
+def evolve(state: RecordState, events: Iterable[DomainEvent], *, version: int | None = None) -> RecordState:
+    """Apply ``events`` to ``state`` itself and return it: for the owner of a state nobody else reads,
+    such as a plan being built, where copying the whole state for every event would dominate the cost."""
     for event in events:
-        new.version += 1
-        _apply(new, event)
+        state.version += 1
+        _apply(state, event)
     if version is not None:
-        new.version = version
-    return new
+        state.version = version
+    return state
 
 
 def apply(state: RecordState, event: DomainEvent) -> RecordState:

@@ -22,7 +22,7 @@ from om_api.errors import ApiError, error_body
 from om_api.queries import engine_of
 from om_api.routes import system, threads
 from om_core.application.records import Deps
-from om_core.settings import ServerSettings, read_profile
+from om_core.settings import ServerSettings
 
 log = logging.getLogger("om_api")
 
@@ -140,6 +140,21 @@ class MetricsMiddleware:
                 self.metrics.latency.labels(method, name).observe(time.perf_counter() - started)
 
 
+def _default_deps(settings: ServerSettings, owned: list[Callable[[], None]]) -> Deps:
+    """A real broker: model work is published to the Celery workers. ``memory://``: an in-process Celery
+    worker runs the same tasks (the embedded mode), so nothing else has to be running."""
+    if settings.broker_url.startswith("memory://"):
+        from om_workers.embedded import build_embedded
+
+        deps, stop = build_embedded(settings)
+        owned.append(stop)
+        return deps
+    from om_workers.app import create_app as create_celery_app
+    from om_workers.tasks import build_worker_deps
+
+    return build_worker_deps(create_celery_app(settings), settings)
+
+
 def create_app(
     settings: ServerSettings,
     deps: Deps | None = None,
@@ -147,22 +162,9 @@ def create_app(
     sse_poll_interval: float = 0.15,
     sse_heartbeat_interval: float = 15.0,
 ) -> FastAPI:
-    owned: list[Any] = []
+    owned: list[Callable[[], None]] = []
     if deps is None:
-        from om_core.bootstrap import build_inline
-
-        profile = read_profile(settings.profile) if settings.profile else {}
-        deps, dispatcher = build_inline(
-            database_url=settings.database_url,
-            profile=profile,
-            background=True,
-            migrate=settings.database_url.startswith("sqlite"),
-        )
-        deps.max_message_bytes = settings.max_message_bytes
-        # the inline executor leaves om.sync work to the reader that asked for it: nobody else will
-        # deliver it, so waiting for a worker would only add the full bound to every synchronous read
-        deps.sync_wait_seconds = 0.0
-        owned.append(dispatcher)
+        deps = _default_deps(settings, owned)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -173,8 +175,8 @@ def create_app(
                 settings.host,
             )
         yield
-        for resource in owned:
-            resource.close()
+        for stop in owned:
+            stop()
 
     app = FastAPI(
         title="om — Observational Memory",

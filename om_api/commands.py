@@ -58,20 +58,9 @@ def serve(
     elif not settings.api_keys:
         typer.echo("note: no OM_API_KEYS set; only keys made with `om keys create` are accepted", err=True)
     if embedded:
-        from om_core.bootstrap import build_inline
-        from om_core.settings import read_profile
-
-        profile = read_profile(settings.profile) if settings.profile else {}
-        deps, dispatcher = build_inline(
-            database_url=settings.database_url, profile=profile, background=True, migrate=True
-        )
-        deps.sync_wait_seconds = 0.0
-        deps.max_message_bytes = settings.max_message_bytes
-        app = create_app(settings, deps)
-        try:
-            uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
-        finally:
-            dispatcher.close()
+        # SQLite and an in-process Celery worker on the in-memory transport: the same tasks, no services
+        settings = settings.model_copy(update={"broker_url": "memory://"})
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
         return
     app = create_app(settings)
     uvicorn.run(

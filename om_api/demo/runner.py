@@ -218,8 +218,8 @@ def _render(deps: Any, stream_id: str, turn: int, turns: int, feed: list[str]) -
 
 def _print_final(console: Console, window: ContextWindow, summary: DemoSummary) -> None:
     console.rule("final context (what the agent would send to its model)")
-    for index, message in enumerate(window.system):
-        console.print(Panel(message, title=f"system {index + 1}", border_style="grey50"))
+    for index, system in enumerate(window.system):
+        console.print(Panel(system, title=f"system {index + 1}", border_style="grey50"))
     if window.continuation:
         console.print(Panel(window.continuation, title="continuation", border_style="grey50"))
     for message in window.messages:

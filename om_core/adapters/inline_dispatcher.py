@@ -29,7 +29,8 @@ class InlineDispatcher(WorkDispatcher):
         self._background = background
         self._inbox: queue.Queue[TaskRequest | None] = queue.Queue()
         self._thread: threading.Thread | None = None
-        self.runs_inline = not background
+        # om.sync work is never delivered here: the reader that asked for it runs it, without waiting
+        self.runs_inline = True
 
     def bind(self, runner: TaskRunner) -> None:
         """Set what runs a task: ``runner(task_name, stream_id, cycle_id)``."""

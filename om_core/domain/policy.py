@@ -272,20 +272,9 @@ def _sync_observation(
 def _safe_buffer_prefix(candidates: list[WindowMessage]) -> list[WindowMessage]:
     """Leave a trailing tool call whose result has not arrived out of the chunk (reference §3.2.3)."""
     end = len(candidates)
-    while end > 0 and _has_pending_tool_call(candidates[end - 1]):
+    while end > 0 and candidates[end - 1].pending_tool_call:
         end -= 1
     return candidates[:end]
-
-
-def _has_pending_tool_call(message: WindowMessage) -> bool:
-    for part in message.message.get("parts", []):
-        if (
-            isinstance(part, dict)
-            and part.get("type") == "tool-invocation"
-            and part.get("state") in ("call", "partial-call", "approval-requested")
-        ):
-            return True
-    return False
 
 
 # --- reflection -------------------------------------------------------------------------------------------

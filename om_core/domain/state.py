@@ -12,6 +12,7 @@ application layer before they are recorded, so a recorded stream always folds.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -63,7 +64,16 @@ class WindowMessage(_Model):
     tokens: int
     created_at: str
     model: str | None = None
-    message: dict[str, Any]
+    # a tool call whose result has not arrived: such a message stays out of a chunk until it has
+    pending_tool_call: bool = False
+    # the message as stored, as JSON text: the state is read and written on every call, and a body kept
+    # as text costs a string copy there instead of a nested parse; it is parsed only where it is used
+    body: str
+
+    @property
+    def message(self) -> dict[str, Any]:
+        parsed: dict[str, Any] = json.loads(self.body)
+        return parsed
 
 
 class Chunk(_Model):
@@ -307,7 +317,8 @@ def _message_appended(s: RecordState, e: MessageAppended) -> None:
             tokens=e.tokens,
             created_at=e.created_at,
             model=e.model,
-            message=e.message,
+            pending_tool_call=_has_pending_tool_call(e.message),
+            body=_compact(e.message),
         )
     )
     s.next_seq += 1
@@ -319,6 +330,20 @@ def _message_appended(s: RecordState, e: MessageAppended) -> None:
         s.last_assistant_at = _last_activity_at(e.message, e.created_at)
         if e.model:
             s.last_assistant_model = e.model
+
+
+def _compact(message: dict[str, Any]) -> str:
+    # canonical: jsonb does not keep key order, and a replay must give the very same text
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _has_pending_tool_call(message: dict[str, Any]) -> bool:
+    return any(
+        isinstance(part, dict)
+        and part.get("type") == "tool-invocation"
+        and part.get("state") in ("call", "partial-call", "approval-requested")
+        for part in message.get("parts", [])
+    )
 
 
 def _last_activity_at(message: dict[str, Any], created_at: str) -> str:
@@ -342,12 +367,14 @@ def _temporal_marker(s: RecordState, e: TemporalMarkerInserted) -> None:
             thread_id=e.thread_id,
             tokens=e.tokens,
             created_at=e.created_at,
-            message={
-                "id": e.marker_id,
-                "role": "system",
-                "parts": [{"type": "text", "text": e.text}],
-                "createdAt": e.created_at,
-            },
+            body=_compact(
+                {
+                    "id": e.marker_id,
+                    "role": "system",
+                    "parts": [{"type": "text", "text": e.text}],
+                    "createdAt": e.created_at,
+                },
+            ),
         )
     )
     s.next_seq += 1

@@ -40,15 +40,17 @@ from om_core.application.context import get_context
 from om_core.application.manual import observe_now, reflect_now
 from om_core.application.records import (
     Deps,
+    ResourceRequiredError,
     counter_for,
     load_state,
     record_config,
+    record_stream_for,
     replay_state,
     thread_stream_id,
 )
 from om_core.domain.context import build_status
 from om_core.domain.events import EVENT_CLASSES, DomainEvent, from_recorded
-from om_core.domain.parts import event_parts, needs_prior_state, parts_for_events, status_part
+from om_core.domain.parts import event_parts, parts_for_events, status_part
 from om_core.domain.state import RecordState
 
 router = APIRouter(prefix="/v1/threads", tags=["threads"])
@@ -87,22 +89,52 @@ def _thread_json(state: RecordState, thread_id: str) -> dict[str, Any]:
 
 
 def _emitted(
-    deps: Deps, stream_id: str, base_version: int, events: list[DomainEvent], after: RecordState
+    deps: Deps, events: list[DomainEvent], after: RecordState, prior: tuple[int, RecordState] | None
 ) -> list[dict[str, Any]]:
     """The lifecycle parts of events a request just committed (status parts are added by the caller).
 
-    Parts that read the state before their event (activations, results) need a fold from ``base_version``;
-    that only happens on the turns where work was done, so the common path stays a pure mapping.
+    Parts that describe an event relative to the state before it (activations, results) start from the
+    state the use case kept just before the first such event, so no request replays the stream.
     """
     if not events:
         return []
     config = record_config(deps.profile, after)
-    if any(needs_prior_state(e) for e in events):
-        before = replay_state(deps.store, stream_id, base_version)
-        return [
-            p for _, parts in parts_for_events(before, events, config, status_after_each=False) for p in parts
-        ]
-    return [p for e in events for p in event_parts(e, None, after, config)]
+    cut = prior[0] if prior is not None else len(events)
+    parts = [p for e in events[:cut] for p in event_parts(e, None, after, config)]
+    if prior is not None:
+        parts.extend(
+            p
+            for _, batch in parts_for_events(prior[1], events[cut:], config, status_after_each=False)
+            for p in batch
+        )
+    return parts
+
+
+def _parts_since(deps: Deps, before: RecordState, stream_id: str, version: int) -> list[dict[str, Any]]:
+    """The parts of what was committed after ``before`` up to ``version``, folded forward from it."""
+    if version <= before.version:
+        return []
+    recorded = deps.store.read_stream(stream_id, after_version=before.version, limit=version - before.version)
+    config = record_config(deps.profile, before)
+    events = [from_recorded(r) for r in recorded]
+    return [
+        p for _, batch in parts_for_events(before, events, config, status_after_each=False) for p in batch
+    ]
+
+
+def _record_state(deps: Deps, tenant: str, thread_id: str) -> RecordState:
+    state = load_state(deps.store, _record_stream(deps, tenant, thread_id))
+    if state.version == 0:
+        raise not_found(thread_id)
+    return state
+
+
+def _record_stream(deps: Deps, tenant: str, thread_id: str) -> str:
+    """The stream holding the thread's record: its own, or its resource's in resource scope."""
+    try:
+        return record_stream_for(deps, tenant, thread_id)
+    except ResourceRequiredError:
+        raise not_found(thread_id) from None
 
 
 @router.get("", response_model=ThreadsOut, responses=_ERRORS, summary="the tenant's threads")
@@ -150,7 +182,7 @@ def post_messages(thread_id: ThreadId, body: MessagesIn, deps: DepsDep, tenant: 
     )
     state = outcome.state if outcome.state is not None else load_state(deps.store, outcome.stream_id)
     config = record_config(deps.profile, state)
-    parts = _emitted(deps, outcome.stream_id, outcome.version - len(outcome.events), outcome.events, state)
+    parts = _emitted(deps, outcome.events, state, outcome.prior)
     status = status_part(state, config)
     return {
         "thread_id": thread_id,
@@ -183,18 +215,13 @@ def get_thread_context(
     ] = None,
     wait: Annotated[bool, Query(description="false: never block on synchronous work")] = True,
 ) -> dict[str, Any]:
-    stream_id = thread_stream_id(tenant, thread_id)
-    base = deps.store.stream_version(stream_id) if at_version is None else None
+    stream_id = _record_stream(deps, tenant, thread_id)
+    before = load_state(deps.store, stream_id) if at_version is None else None
     window = get_context(
         deps, tenant=tenant, thread_id=thread_id, caller_model=model, at_version=at_version, wait=wait
     )
-    parts: list[dict[str, Any]] = []
-    if base is not None and window.version > base:
-        recorded = deps.store.read_stream(stream_id, after_version=base, limit=window.version - base)
-        events = [from_recorded(r) for r in recorded]
-        after = replay_state(deps.store, stream_id, window.version) if events else None
-        if after is not None:
-            parts = _emitted(deps, stream_id, base, events, after)
+    # what this read caused (activations, a synchronous cycle)
+    parts = _parts_since(deps, before, stream_id, window.version) if before is not None else []
     status = {"type": "data-om-status", "id": f"om-status:{stream_id}", "data": window.status}
     common = {
         "thread_id": thread_id,
@@ -222,7 +249,7 @@ def get_thread_context(
     summary="the data-om-status object",
 )
 def get_status(thread_id: ThreadId, deps: DepsDep, tenant: Tenant) -> dict[str, Any]:
-    state = _existing(deps, tenant, thread_id)
+    state = _record_state(deps, tenant, thread_id)
     return build_status(state, record_config(deps.profile, state))
 
 
@@ -235,7 +262,7 @@ def get_events(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     types: Annotated[str | None, Query(max_length=2000, description="comma-separated event types")] = None,
 ) -> dict[str, Any]:
-    stream_id = thread_stream_id(tenant, thread_id)
+    stream_id = _record_stream(deps, tenant, thread_id)
     wanted: set[str] | None = None
     if types:
         wanted = {t.strip() for t in types.split(",") if t.strip()}
@@ -289,7 +316,7 @@ def stream(
     tenant: Tenant,
     last_event_id: Annotated[str | None, Header(max_length=40)] = None,
 ) -> StreamingResponse:
-    stream_id = thread_stream_id(tenant, thread_id)
+    stream_id = _record_stream(deps, tenant, thread_id)
     if deps.store.stream_version(stream_id) == 0:
         raise not_found(thread_id)
     position: int | None = None
@@ -336,14 +363,14 @@ def get_observations(
         int | None, Query(ge=0, le=1_000_000, description="an earlier generation's log")
     ] = None,
 ) -> dict[str, Any]:
-    state = _existing(deps, tenant, thread_id)
+    state = _record_state(deps, tenant, thread_id)
     shown = state
     if generation is not None and generation != state.generation:
         if generation > state.generation:
             raise ApiError(404, "generation_not_found", f"generation {generation} does not exist yet")
         # a generation's final log is the state just before the reflection that ended it
         ended_at = state.generations[generation + 1].started_at_version
-        shown = replay_state(deps.store, thread_stream_id(tenant, thread_id), ended_at - 1)
+        shown = replay_state(deps.store, _record_stream(deps, tenant, thread_id), ended_at - 1)
     return {
         "thread_id": thread_id,
         "version": shown.version,
@@ -373,15 +400,12 @@ def get_observations(
 def _cycle(
     deps: Deps, tenant: str, thread_id: str, kind: Literal["observe", "reflect"], wait: bool
 ) -> dict[str, Any]:
-    stream_id = thread_stream_id(tenant, thread_id)
-    base = deps.store.stream_version(stream_id)
-    if base == 0:
-        raise not_found(thread_id)
+    stream_id = _record_stream(deps, tenant, thread_id)
+    before = _record_state(deps, tenant, thread_id)
     run = observe_now if kind == "observe" else reflect_now
     outcome = run(deps, tenant=tenant, thread_id=thread_id, wait=wait)
     state = outcome.state
-    recorded = deps.store.read_stream(stream_id, after_version=base, limit=max(0, state.version - base))
-    parts = _emitted(deps, stream_id, base, [from_recorded(r) for r in recorded], state)
+    parts = _parts_since(deps, before, stream_id, state.version)
     config = record_config(deps.profile, state)
     status = status_part(state, config)
     return {

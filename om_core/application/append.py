@@ -32,6 +32,7 @@ from om_core.domain.message_input import (
     normalize_message,
 )
 from om_core.domain.messages import Message
+from om_core.domain.parts import needs_prior_state
 from om_core.domain.state import RecordState
 from om_core.domain.timeutil import format_time, parse_time
 
@@ -53,6 +54,8 @@ class AppendOutcome:
     duplicates: list[str]
     events: list[DomainEvent] = field(default_factory=list)
     state: RecordState | None = None
+    # (index, state just before events[index]): the first event whose description needs what came before
+    prior: tuple[int, RecordState] | None = None
 
 
 def configure_thread(
@@ -138,7 +141,7 @@ def append_messages(
                 duplicates.append(message.id)
             else:
                 raise MessageConflictError(stream_id, message.id)
-        plan = Plan(state)
+        plan = Plan(state, capture_before=needs_prior_state)
         if state.thread_id is None and not shared_record:
             plan.add(ThreadConfigured(thread_id=thread_id, resource_id=resource_id, at=format_time(now)))
         appended: list[AppendedMessage] = []
@@ -175,6 +178,7 @@ def append_messages(
             duplicates=duplicates,
             events=plan.events,
             state=plan.state,
+            prior=plan.prior,
         )
 
     def optimistic() -> AppendOutcome:

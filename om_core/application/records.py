@@ -173,6 +173,10 @@ class Plan:
 
     state: RecordState
     base_version: int = -1
+    # keep a copy of the state as it was just before the first event this says yes to (for callers that
+    # describe that event relative to what came before it, e.g. the data parts of an activation)
+    capture_before: Callable[[DomainEvent], bool] | None = None
+    prior: tuple[int, RecordState] | None = None
     events: list[DomainEvent] = field(default_factory=list)
     event_ids: list[uuid.UUID | None] = field(default_factory=list)
     tasks: list[TaskRequest] = field(default_factory=list)
@@ -184,6 +188,8 @@ class Plan:
             self.base_version = self.state.version
 
     def add(self, event: DomainEvent, *, event_id: uuid.UUID | None = None) -> None:
+        if self.prior is None and self.capture_before is not None and self.capture_before(event):
+            self.prior = (len(self.events), self.state.model_copy(deep=True))
         self.events.append(event)
         self.event_ids.append(event_id)
         evolve(self.state, [event])

@@ -113,3 +113,31 @@ def test_retrieval_mode_wraps_groups_with_their_message_range(tmp_path: Path) ->
     text = "\n".join(window.system)
     assert "## Group `" in text and "_range: `t-0:" in text
     assert "recall" in window.system[0]
+
+
+def test_resource_scope_over_http(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from om_api.app import create_app
+    from om_core.settings import ServerSettings
+
+    url = f"sqlite:///{tmp_path / 'om.sqlite3'}"
+    deps, dispatcher = build_inline(database_url=url, profile=PROFILE)
+    app = create_app(ServerSettings(database_url=url, api_keys="k=acme"), deps)
+    key = {"Authorization": "Bearer k"}
+    with TestClient(app) as client:
+        for thread, text in (("alpha", "My sister Priya lives in Lisbon."), ("beta", "My dog is Biscuit.")):
+            body = {"resource_id": "r1", "messages": [say(thread, 1, text)]}
+            assert client.post(f"/v1/threads/{thread}/messages", json=body, headers=key).status_code == 200
+        context = client.get("/v1/threads/alpha/context", headers=key).json()
+        assert [m["id"] for m in context["messages"]] == ["alpha-1"]
+        assert "Biscuit" in "\n".join(context["system"])
+        status = client.get("/v1/threads/beta/status", headers=key).json()
+        assert status["windows"]["active"]["messages"]["tokens"] > 0
+        events = client.get("/v1/threads/beta/events", headers=key).json()["events"]
+        assert {e["data"].get("thread_id") for e in events if e["type"] == "MessageAppended"} == {
+            "alpha",
+            "beta",
+        }
+        assert client.get("/v1/threads/nobody/context", headers=key).status_code == 404
+    dispatcher.close()

@@ -36,7 +36,7 @@ from om_api.schemas import (
 )
 from om_api.sse import event_stream
 from om_core.application.append import append_messages, configure_thread
-from om_core.application.context import get_context
+from om_core.application.context import read_context
 from om_core.application.manual import observe_now, reflect_now
 from om_core.application.records import (
     Deps,
@@ -48,7 +48,7 @@ from om_core.application.records import (
     replay_state,
     thread_stream_id,
 )
-from om_core.domain.context import build_status
+from om_core.domain.context import build_status, om_metadata
 from om_core.domain.events import EVENT_CLASSES, DomainEvent, from_recorded
 from om_core.domain.parts import event_parts, parts_for_events, status_part
 from om_core.domain.state import RecordState
@@ -77,12 +77,18 @@ def _existing(deps: Deps, tenant: str, thread_id: str) -> RecordState:
     return state
 
 
-def _thread_json(state: RecordState, thread_id: str) -> dict[str, Any]:
+def _thread_json(state: RecordState, thread_id: str, deps: Deps | None = None) -> dict[str, Any]:
+    metadata = dict(state.thread_metadata)
+    if deps is not None:
+        om = om_metadata(state, record_config(deps.profile, state))
+        if om:
+            mastra = metadata.get("mastra")
+            metadata["mastra"] = {**(mastra if isinstance(mastra, dict) else {}), "om": om}
     return {
         "thread_id": state.thread_id or thread_id,
         "resource_id": state.resource_id,
         "title": state.title,
-        "metadata": state.thread_metadata,
+        "metadata": metadata,
         "config": state.config_overrides,
         "version": state.version,
     }
@@ -164,7 +170,7 @@ def put_thread(thread_id: ThreadId, body: ThreadIn, deps: DepsDep, tenant: Tenan
 
 @router.get("/{thread_id}", response_model=Thread, responses=_ERRORS, summary="a thread")
 def get_thread(thread_id: ThreadId, deps: DepsDep, tenant: Tenant) -> dict[str, Any]:
-    return _thread_json(_existing(deps, tenant, thread_id), thread_id)
+    return _thread_json(_existing(deps, tenant, thread_id), thread_id, deps)
 
 
 @router.delete("/{thread_id}", status_code=204, responses=_ERRORS, summary="erase the thread and its events")
@@ -215,13 +221,12 @@ def get_thread_context(
     ] = None,
     wait: Annotated[bool, Query(description="false: never block on synchronous work")] = True,
 ) -> dict[str, Any]:
-    stream_id = _record_stream(deps, tenant, thread_id)
-    before = load_state(deps.store, stream_id) if at_version is None else None
-    window = get_context(
+    read = read_context(
         deps, tenant=tenant, thread_id=thread_id, caller_model=model, at_version=at_version, wait=wait
     )
+    window, stream_id = read.window, read.stream_id
     # what this read caused (activations, a synchronous cycle)
-    parts = _parts_since(deps, before, stream_id, window.version) if before is not None else []
+    parts = _parts_since(deps, read.found, stream_id, window.version) if read.found is not None else []
     status = {"type": "data-om-status", "id": f"om-status:{stream_id}", "data": window.status}
     common = {
         "thread_id": thread_id,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from om_core.application.ports import ConcurrencyError
 from om_core.application.records import (
@@ -61,6 +61,29 @@ def get_context(
     blocks: it returns what is there and leaves the work to the background.
     ``at_version`` is time travel: a fresh fold of the first N events, with no side effects.
     """
+    return read_context(
+        deps, tenant=tenant, thread_id=thread_id, caller_model=caller_model, at_version=at_version, wait=wait
+    ).window
+
+
+@dataclass(frozen=True)
+class ContextRead:
+    window: ContextWindow
+    stream_id: str
+    # the record as the read found it: what the read itself caused lies between it and the window
+    found: RecordState | None
+
+
+def read_context(
+    deps: Deps,
+    *,
+    tenant: str,
+    thread_id: str,
+    caller_model: str | None = None,
+    at_version: int | None = None,
+    wait: bool = True,
+) -> ContextRead:
+    """``get_context``, also returning the state the read started from (None for time travel)."""
     try:
         stream_id = record_stream_for(deps, tenant, thread_id)
     except ResourceRequiredError:
@@ -70,45 +93,58 @@ def get_context(
         if state.version == 0:
             raise RecordNotFoundError(stream_id)
         config = record_config(deps.profile, state)
-        return build_context(state, config, deps.clock(), thread_id=thread_id)
-    state = _settle(deps, stream_id, caller_model, wait)
+        return ContextRead(build_context(state, config, deps.clock(), thread_id=thread_id), stream_id, None)
+    state, found = _settle(deps, stream_id, caller_model, wait)
     config = record_config(deps.profile, state)
     window = build_context(state, config, deps.clock(), thread_id=thread_id)
     limits = policy.resolve_limits(config, state)
     limit = limits.block_after if limits.block_after is not None else limits.message_threshold
-    return _with_warning(window, limit)
+    return ContextRead(_with_warning(window, limit), stream_id, found)
 
 
-def _settle(deps: Deps, stream_id: str, caller_model: str | None, wait: bool) -> RecordState:
+def _settle(
+    deps: Deps, stream_id: str, caller_model: str | None, wait: bool
+) -> tuple[RecordState, RecordState]:
+    """The record once no synchronous work is due, and the record as this read first found it."""
     failed_rounds = 0
+    found: RecordState | None = None
     for _ in range(MAX_SYNC_ROUNDS * 4):
         state = load_state(deps.store, stream_id)
         if state.version == 0:
             raise RecordNotFoundError(stream_id)
         config = record_config(deps.profile, state)
         now = deps.clock()
+        # the first plan keeps a copy of the state it starts from, but only if it commits anything
+        capture = (lambda _: True) if found is None else None
         plan = plan_decisions(
-            Plan(state), config, now, mode="read" if wait else "work", caller_model=caller_model
+            Plan(state, capture_before=capture),
+            config,
+            now,
+            mode="read" if wait else "work",
+            caller_model=caller_model,
         )
         try:
             commit(deps, plan)
         except ConcurrencyError:
             continue
+        if found is None:
+            found = plan.prior[1] if plan.prior is not None else plan.state
         state = plan.state
         cycle, task = plan.sync_cycle, plan.sync_task
         if cycle is None and wait:
             cycle, task = _foreign_sync_cycle(state)
         if cycle is None or task is None:
-            return state
+            return state, found
         outcome = _await_cycle(deps, stream_id, cycle, task)
         if outcome == WorkOutcome.FAILED:
             failed_rounds += 1
             state = load_state(deps.store, stream_id)
             if _over_limit(deps, state):
-                return _apply_failure_policy(deps, state)
+                return _apply_failure_policy(deps, state), found
         if failed_rounds >= MAX_SYNC_ROUNDS:
             break
-    return load_state(deps.store, stream_id)
+    final = load_state(deps.store, stream_id)
+    return final, found or final
 
 
 def _foreign_sync_cycle(state: RecordState) -> tuple[str | None, str | None]:

@@ -202,3 +202,28 @@ def _reflection_status(state: RecordState) -> str:
     if flight is not None and flight.mode == "buffered":
         return "running"
     return "complete" if state.buffered_reflection is not None else "idle"
+
+
+def om_metadata(state: RecordState, config: MemoryConfig) -> dict[str, Any]:
+    """The thread's OM metadata as Mastra keeps it (``thread.metadata.mastra.om``): continuation hints,
+    title, and each extractor's value at its ``metadataKeyPath`` (``extracted.<name>`` by default; an
+    extractor with ``metadataKeyPath: false`` is not persisted there)."""
+    meta: dict[str, Any] = {}
+    if state.current_task:
+        meta["currentTask"] = state.current_task
+    if state.suggested_response:
+        meta["suggestedResponse"] = state.suggested_response
+    if state.title:
+        meta["threadTitle"] = state.title
+    for extractor in (*config.observation.extract, *config.reflection.extract):
+        path = extractor.persisted_key_path
+        if path is None or extractor.name not in state.extracted:
+            continue
+        *parents, leaf = path.split(".")
+        node = meta
+        for key in parents:
+            child = node.get(key)
+            node[key] = child = child if isinstance(child, dict) else {}
+            node = child
+        node[leaf] = state.extracted[extractor.name]
+    return meta

@@ -11,16 +11,19 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+if TYPE_CHECKING:
+    from om_core.settings import ServerSettings
+
 keys_app = typer.Typer(help="Manage API keys (stored hashed).", no_args_is_help=True)
 
-BENCHES = {"api": "bench.api_bench", "store": "bench.store_bench"}
+BENCHES = {"api": "bench.api_bench", "store": "bench.store_bench", "workers": "bench.workers_bench"}
 
 
-def _settings(**overrides: object):  # type: ignore[no-untyped-def]
+def _settings(**overrides: object) -> ServerSettings:
     from om_core.settings import ServerSettings, SettingsError
 
     try:

@@ -54,7 +54,12 @@ def readyz(deps: DepsDep, settings: SettingsDep) -> JSONResponse:
 
 @router.get("/metrics", tags=["system"], summary="Prometheus metrics", response_class=Response)
 def metrics(request: Request) -> Response:
-    return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    # the HTTP layer's own metrics, then the engine's (appends, model calls, outbox) from the shared registry
+    from om_workers.metrics import render_latest
+
+    engine, _ = render_latest()
+    body = generate_latest(request.app.state.metrics.registry) + engine
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/v1/tools/recall", tags=["tools"], summary="the recall tool's JSON schema", responses=_ERRORS)

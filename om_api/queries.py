@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from om_core.adapters.store.schema import SEARCH_TEXT_CONFIG, messages, records
+from om_core.adapters.store.sql_store import MESSAGE_COLUMNS, stored_message
 from om_core.application.ports import EventStore, StoredMessage
 from om_core.application.records import thread_stream_id
 
@@ -94,47 +95,16 @@ def thread_updated_at(store: EventStore, stream_id: str) -> datetime | None:
     return value if isinstance(value, datetime) else None
 
 
-_MESSAGE_COLUMNS = (
-    messages.c.stream_id,
-    messages.c.message_id,
-    messages.c.seq,
-    messages.c.stream_version,
-    messages.c.thread_id,
-    messages.c.resource_id,
-    messages.c.role,
-    messages.c.created_at,
-    messages.c.tokens,
-    messages.c.content_hash,
-    messages.c.message,
-)
-
-
-def _stored(row: Any) -> StoredMessage:
-    return StoredMessage(
-        stream_id=row.stream_id,
-        message_id=row.message_id,
-        seq=row.seq,
-        stream_version=row.stream_version,
-        thread_id=row.thread_id,
-        resource_id=row.resource_id,
-        role=row.role,
-        created_at=row.created_at,
-        tokens=row.tokens,
-        content_hash=row.content_hash,
-        message=row.message,
-    )
-
-
 def find_message(store: EventStore, tenant: str, message_id: str) -> StoredMessage | None:
     """A message of any of the tenant's threads, by id (recall cursors name messages, not threads)."""
     query = (
-        sa.select(*_MESSAGE_COLUMNS)
+        sa.select(*MESSAGE_COLUMNS)
         .where(messages.c.tenant == tenant, messages.c.message_id == message_id)
         .limit(1)
     )
     with engine_of(store).connect() as conn:
         row = conn.execute(query).first()
-    return None if row is None else _stored(row)
+    return None if row is None else stored_message(row)
 
 
 @dataclass(frozen=True)
@@ -155,7 +125,7 @@ def search_messages(
         tsquery = sa.func.websearch_to_tsquery(sa.literal_column(f"'{SEARCH_TEXT_CONFIG}'::regconfig"), text)
         rank = sa.func.ts_rank(messages.c.search_tsv, tsquery)
         query = (
-            sa.select(*_MESSAGE_COLUMNS, rank.label("score"))
+            sa.select(*MESSAGE_COLUMNS, rank.label("score"))
             .where(*scope, messages.c.search_tsv.op("@@")(tsquery))
             .order_by(rank.desc(), messages.c.created_at.desc())
             .limit(limit)
@@ -167,11 +137,11 @@ def search_messages(
         hits = [sa.case((sa.func.instr(sa.func.lower(messages.c.search), w) > 0, 1), else_=0) for w in words]
         score = sum(hits[1:], hits[0])
         query = (
-            sa.select(*_MESSAGE_COLUMNS, score.label("score"))
+            sa.select(*MESSAGE_COLUMNS, score.label("score"))
             .where(*scope, sa.or_(*[sa.func.instr(sa.func.lower(messages.c.search), w) > 0 for w in words]))
             .order_by(score.desc(), messages.c.created_at.desc())
             .limit(limit)
         )
     with engine.connect() as conn:
         rows = conn.execute(query).all()
-    return [SearchHit(message=_stored(row), score=float(row.score)) for row in rows]
+    return [SearchHit(message=stored_message(row), score=float(row.score)) for row in rows]

@@ -186,7 +186,7 @@ _EVENT_COLUMNS = (
     events.c.recorded_at,
 )
 
-_MESSAGE_COLUMNS = (
+MESSAGE_COLUMNS = (
     messages.c.stream_id,
     messages.c.message_id,
     messages.c.seq,
@@ -199,6 +199,23 @@ _MESSAGE_COLUMNS = (
     messages.c.content_hash,
     messages.c.message,
 )
+
+
+def stored_message(row: Any) -> StoredMessage:
+    """A row of ``om_messages`` selected with ``MESSAGE_COLUMNS``."""
+    return StoredMessage(
+        stream_id=row.stream_id,
+        message_id=row.message_id,
+        seq=row.seq,
+        stream_version=row.stream_version,
+        thread_id=row.thread_id,
+        resource_id=row.resource_id,
+        role=row.role,
+        created_at=row.created_at,
+        tokens=row.tokens,
+        content_hash=row.content_hash,
+        message=row.message,
+    )
 
 
 class _Precompiled:
@@ -692,7 +709,7 @@ class SqlEventStore(EventStore):
         limit: int = 50,
     ) -> list[StoredMessage]:
         key = sa.tuple_(messages.c.created_at, messages.c.message_id)
-        query = sa.select(*_MESSAGE_COLUMNS).where(messages.c.stream_id == stream_id)
+        query = sa.select(*MESSAGE_COLUMNS).where(messages.c.stream_id == stream_id)
         if thread_id is not None:
             query = query.where(messages.c.thread_id == thread_id)
         if cursor is not None:
@@ -706,22 +723,7 @@ class SqlEventStore(EventStore):
             rows = list(conn.execute(query.limit(limit)))
         if backward:
             rows.reverse()
-        return [
-            StoredMessage(
-                stream_id=row.stream_id,
-                message_id=row.message_id,
-                seq=row.seq,
-                stream_version=row.stream_version,
-                thread_id=row.thread_id,
-                resource_id=row.resource_id,
-                role=row.role,
-                created_at=row.created_at,
-                tokens=row.tokens,
-                content_hash=row.content_hash,
-                message=row.message,
-            )
-            for row in rows
-        ]
+        return [stored_message(row) for row in rows]
 
     def list_stream_ids(self, prefix: str = "", *, after: str = "", limit: int = 1000) -> list[str]:
         query = (
@@ -795,29 +797,19 @@ class SqlEventStore(EventStore):
         ]
 
     def mark_tasks_published(self, ids: Sequence[int]) -> int:
-        if not ids:
-            return 0
-        changed = 0
-        with _unavailable_on_connection_errors(), self._writing() as conn:
-            for start in range(0, len(ids), _IN_CHUNK):
-                chunk = list(ids[start : start + _IN_CHUNK])
-                changed += conn.execute(
-                    sa.update(outbox)
-                    .where(outbox.c.id.in_(chunk), outbox.c.published_at.is_(None))
-                    .values(published_at=schema.UtcNow())
-                ).rowcount
-        return changed
+        return self._mark_published(outbox.c.id, ids)
 
     def mark_keys_published(self, keys: Sequence[str]) -> int:
-        if not keys:
-            return 0
+        return self._mark_published(outbox.c.key, keys)
+
+    def _mark_published(self, column: sa.Column[Any], values: Sequence[Any]) -> int:
         changed = 0
         with _unavailable_on_connection_errors(), self._writing() as conn:
-            for start in range(0, len(keys), _IN_CHUNK):
-                chunk = list(keys[start : start + _IN_CHUNK])
+            for start in range(0, len(values), _IN_CHUNK):
+                chunk = list(values[start : start + _IN_CHUNK])
                 changed += conn.execute(
                     sa.update(outbox)
-                    .where(outbox.c.key.in_(chunk), outbox.c.published_at.is_(None))
+                    .where(column.in_(chunk), outbox.c.published_at.is_(None))
                     .values(published_at=schema.UtcNow())
                 ).rowcount
         return changed

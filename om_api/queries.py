@@ -18,9 +18,13 @@ from om_core.application.records import thread_stream_id
 
 
 def engine_of(store: EventStore) -> Engine:
-    engine = getattr(store, "engine", None)
-    if not isinstance(engine, Engine):
-        raise RuntimeError("this store exposes no SQL engine")
+    """The SQL engine behind a store, through any wrapper (such as the workers' metered store)."""
+    while not isinstance(getattr(store, "engine", None), Engine):
+        inner = getattr(store, "inner", None)
+        if not isinstance(inner, EventStore):
+            raise RuntimeError("this store exposes no SQL engine")
+        store = inner
+    engine: Engine = store.engine  # type: ignore[attr-defined]
     return engine
 
 

@@ -1,7 +1,7 @@
 # ruff: noqa: E501  (the page is one embedded HTML/JS document; its lines are not Python)
 """``GET /ui``: one self-contained page (no build step, no external assets).
 
-It talks to the same API as any client: it asks for a key (kept in the browser's localStorage; leave it
+``/ui#<thread id>`` opens that thread directly. It talks to the same API as any client: it asks for a key (kept in the browser's localStorage; leave it
 empty when auth is disabled), lists threads, shows token bars for both windows, the observation log by
 generation, buffered work, and the live ``data-om-*`` parts (read with fetch streaming, since EventSource
 cannot send an Authorization header).
@@ -47,7 +47,8 @@ function bar(el,tokens,threshold){const pct=Math.min(100,threshold?tokens/thresh
 let current=null,controller=null;
 async function loadThreads(){try{const d=await api('/v1/threads');$('threads').innerHTML='';
  for(const t of d.threads){const e=document.createElement('div');e.className='thread';e.textContent=(t.title||t.thread_id);
-  e.title=t.thread_id;e.onclick=()=>select(t.thread_id,e);$('threads').appendChild(e);}}catch(err){$('threads').textContent=err.message;}}
+  e.title=t.thread_id;e.onclick=()=>select(t.thread_id,e);$('threads').appendChild(e);
+  if(location.hash.slice(1)===t.thread_id)select(t.thread_id,e);}}catch(err){$('threads').textContent=err.message;}}
 function showStatus(s){bar($('mbar'),s.windows.active.messages.tokens,s.windows.active.messages.threshold);
  bar($('obar'),s.windows.active.observations.tokens,s.windows.active.observations.threshold);}
 async function refresh(){if(!current)return;const id=encodeURIComponent(current);

@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
+
 from om_core.application.ports import ConcurrencyError, EventStore, ModelGateway, WorkDispatcher
 from om_core.domain import policy
 from om_core.domain.config import MemoryConfig, merge_config_layers, parse_memory_config
@@ -143,7 +145,11 @@ def load_state(store: EventStore, stream_id: str) -> RecordState:
     if snapshot is None:
         return replay_state(store, stream_id)
     data, version = snapshot
-    state = RecordState.from_json(data)
+    try:
+        state = RecordState.from_json(data)
+    except ValidationError:
+        # written by an older shape of the state: snapshots are a cache, the events are the truth
+        return replay_state(store, stream_id)
     state.version = version
     return state
 

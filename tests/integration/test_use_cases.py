@@ -173,3 +173,16 @@ def test_two_writers_on_one_thread_lose_nothing(deps: Deps) -> None:
     appended = [e.data["message_id"] for e in events if e.event_type == "MessageAppended"]
     assert sorted(appended) == sorted(f"u{n * 100 + i}" for n in range(2) for i in range(15))
     assert json.dumps(state.to_json())  # the projection is serialisable as stored
+
+
+def test_a_snapshot_of_an_older_shape_is_rebuilt_from_events(deps: Deps) -> None:
+    from om_core.domain.envelope import StateSnapshot
+
+    for i in range(5):
+        append_messages(deps, tenant="a", thread_id="t", messages=[user(i)])
+    stream_id = thread_stream_id("a", "t")
+    expected = load_state(deps.store, stream_id)
+    old_shape = {**expected.to_json(), "window": [{"seq": 1, "message": {"legacy": True}}]}
+    deps.store.replace_snapshot(stream_id, StateSnapshot(old_shape, "a", "t", None), expected.version)
+    assert canonical(load_state(deps.store, stream_id).to_json()) == canonical(expected.to_json())
+    assert len(get_context(deps, tenant="a", thread_id="t").messages) == 5

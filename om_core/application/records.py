@@ -165,7 +165,7 @@ def replay_state(store: EventStore, stream_id: str, to_version: int | None = Non
 
 def snapshot_of(state: RecordState, tenant: str) -> StateSnapshot:
     return StateSnapshot(
-        state=state.to_json(), tenant=tenant, thread_id=state.thread_id, resource_id=state.resource_id
+        state=state.model_dump_json(), tenant=tenant, thread_id=state.thread_id, resource_id=state.resource_id
     )
 
 

@@ -403,7 +403,7 @@ class SqlEventStore(EventStore):
                 snapshot.tenant,
                 snapshot.thread_id,
                 snapshot.resource_id,
-                json_dumps(snapshot.state),
+                _state_text(snapshot),
             )
         if message_rows:
             (m,) = message_rows
@@ -980,7 +980,7 @@ def _record_params(stream_id: str, snapshot: StateSnapshot, version: int) -> dic
         "thread_id": snapshot.thread_id,
         "resource_id": snapshot.resource_id,
         "last_version": version,
-        "state": json_dumps(snapshot.state),
+        "state": _state_text(snapshot),
     }
 
 
@@ -1007,6 +1007,10 @@ def _upsert_record(
         set_={name: statement.excluded[name] for name in _RECORD_UPDATED},
     )
     return upsert
+
+
+def _state_text(snapshot: StateSnapshot) -> str:
+    return snapshot.state if isinstance(snapshot.state, str) else json_dumps(snapshot.state)
 
 
 def _state_param() -> BindParameter[str]:

@@ -31,7 +31,8 @@ from om_core.domain.envelope import TaskRequest
 from om_core.domain.policy import resolve_limits
 from om_core.settings import ServerSettings
 from om_workers.app import WorkerSettings, create_app
-from om_workers.harness import process_env, scratch_postgres, wait_for, worker_process
+from om_workers.harness import filler_message as message
+from om_workers.harness import memory_profile, process_env, scratch_postgres, wait_for, worker_process
 from om_workers.relay import relay_outbox
 from om_workers.tasks import build_worker_deps
 
@@ -40,46 +41,6 @@ ADMIN_URL = os.environ.get(
 )
 REDIS_URL = os.environ.get("OM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
 TENANT = "bench"
-WORDS = [
-    "alpha",
-    "bravo",
-    "charlie",
-    "delta",
-    "echo",
-    "foxtrot",
-    "golf",
-    "hotel",
-    "india",
-    "juliet",
-    "kilo",
-    "lima",
-    "mike",
-    "november",
-    "oscar",
-]
-
-
-def profile(latency_ms: int) -> dict[str, Any]:
-    return {
-        "model": "om-local/extractive",
-        "observation": {
-            "messageTokens": 600,
-            "bufferTokens": 0.2,
-            "bufferActivation": 0.8,
-            "blockAfter": 1.5,
-            "providerOptions": {"omLocal": {"latencyMs": latency_ms, "seed": 1}},
-        },
-        "reflection": {"observationTokens": 60_000},
-    }
-
-
-def message(prefix: str, index: int, role: str = "user", words: int = 45) -> dict[str, Any]:
-    text = " ".join(WORDS[(index + i) % len(WORDS)] for i in range(words))
-    return {
-        "id": f"{prefix}-{role}-{index}",
-        "role": role,
-        "parts": [{"type": "text", "text": f"{index}: {text}"}],
-    }
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -91,7 +52,7 @@ class Setup:
     def __init__(self, database_url: str, tmp: Path, latency_ms: int) -> None:
         self.tmp = tmp
         path = tmp / f"profile-{latency_ms}.json"
-        path.write_text(json.dumps(profile(latency_ms)))
+        path.write_text(json.dumps(memory_profile(latency_ms)))
         self.env = process_env(
             database_url=database_url,
             broker_url=REDIS_URL,
@@ -236,7 +197,7 @@ def read_waits(setup: Setup, seconds: float) -> dict[str, float]:
                 setup.deps,
                 tenant=TENANT,
                 thread_id=thread,
-                messages=[message(thread, index, "assistant", 10)],
+                messages=[message(thread, index, "assistant", 10) | {"id": f"{thread}-assistant-{index}"}],
             )
             index += 1
             time.sleep(0.02)

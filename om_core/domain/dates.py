@@ -65,12 +65,6 @@ def _plural(count: int, unit: str) -> str:
     return f"{count} {unit}" if count == 1 else f"{count} {unit}s"
 
 
-def format_observation_date(value: date | datetime) -> str:
-    """``May 15, 2023``: the form of ``Date:`` headers in observations."""
-    day = _as_date(value)
-    return f"{MONTHS_SHORT[day.month - 1]} {day.day}, {day.year}"
-
-
 def format_transcript_date(value: date | datetime) -> str:
     """``May 15 2023``: the form of date header lines in the Observer's transcript."""
     day = _as_date(value)
@@ -81,10 +75,6 @@ def format_clock_12h(moment: datetime) -> str:
     """``2:05 PM`` (no leading zero on the hour), in the zone ``moment`` carries."""
     hour = moment.hour % 12 or 12
     return f"{hour}:{moment.minute:02d} {'AM' if moment.hour < 12 else 'PM'}"
-
-
-def format_clock_24h(moment: datetime) -> str:
-    return f"{moment.hour:02d}:{moment.minute:02d}"
 
 
 def parse_date_text(text: str) -> date | None:

@@ -1,8 +1,7 @@
 """Pure transformations of the observation log text.
 
-The stored log is never rewritten by anything here except ``merge_thread_section`` (resource scope): the
-other functions derive what a model sees (the Observer's budgeted view, the actor's optimised view) or
-address parts of the log (reflection slices, retrieval groups, activation boundaries).
+Nothing here rewrites the stored log: these functions derive what a model sees (the Observer's budgeted
+view, the actor's optimised view) or tag parts of it (retrieval groups).
 """
 
 from __future__ import annotations
@@ -299,12 +298,6 @@ def optimize_observations_for_context(text: str, now: datetime) -> str:
     return _MANY_NEWLINES.sub("\n\n", "\n".join(out)).strip()
 
 
-def split_lines_for_reflection(text: str, line_count: int) -> tuple[str, str]:
-    """The first ``line_count`` lines (the slice a buffered reflection condenses) and the rest, trimmed."""
-    lines = text.split("\n")
-    return "\n".join(lines[:line_count]).rstrip(), "\n".join(lines[line_count:]).strip()
-
-
 def observation_group_id(seed: str) -> str:
     """A 16-hex-digit group id derived from ``seed`` (a cycle id), so a retried cycle reuses its id."""
     return hashlib.sha256(seed.encode("utf-8")).hexdigest()[:16]
@@ -336,60 +329,3 @@ def render_groups_for_context(text: str) -> str:
 def strip_group_tags(text: str) -> str:
     """The log without retrieval-group tags (what the Reflector reads); the content stays."""
     return _GROUP_TAG.sub("", _GROUP_TAG_LINE.sub("", text))
-
-
-def message_boundary(at: datetime) -> str:
-    """The delimiter written between activations, where the actor's context splits into messages."""
-    return f"--- message boundary ({at.isoformat()}) ---"
-
-
-def split_at_message_boundaries(text: str) -> list[str]:
-    """The log's parts between boundary delimiters, in order; older parts stay byte-stable."""
-    return [part.strip() for part in _BOUNDARY_LINE.split(text) if part.strip()]
-
-
-def merge_thread_section(log: str, thread_id: str, observations: str, *, boundary: str | None = None) -> str:
-    """Resource scope: add one thread's new observations to the shared log.
-
-    They join the latest existing section of that thread that already has their first ``Date:`` group
-    (before its ``</thread>``, dropping the repeated header when it is that section's last date group);
-    otherwise they are appended as a new ``<thread id="…">`` section, after ``boundary`` if given.
-    """
-    new = observations.strip()
-    if not new:
-        return log
-    new_lines = new.split("\n")
-    first_header = next((line.strip() for line in new_lines if _is_date_header(line)), None)
-    first_day = parse_date_text(first_header) if first_header else None
-    lines = log.split("\n")
-    if first_day is not None:
-        for open_index, close_index in reversed(_thread_sections(lines, thread_id)):
-            section_days = [
-                parse_date_text(line) for line in lines[open_index:close_index] if _is_date_header(line)
-            ]
-            if first_day not in section_days:
-                continue
-            if section_days[-1] == first_day:
-                drop = next(i for i, line in enumerate(new_lines) if _is_date_header(line))
-                new_lines = new_lines[:drop] + new_lines[drop + 1 :]
-            return "\n".join(lines[:close_index] + new_lines + lines[close_index:])
-    section = f'<thread id="{html.escape(thread_id, quote=True)}">\n{new}\n</thread>'
-    parts = [log.rstrip()] if log.strip() else []
-    if parts and boundary:
-        parts.append(boundary)
-    parts.append(section)
-    return "\n\n".join(parts)
-
-
-def _thread_sections(lines: list[str], thread_id: str) -> list[tuple[int, int]]:
-    """(opening line, closing line) index pairs of the sections belonging to ``thread_id``."""
-    sections: list[tuple[int, int]] = []
-    open_index: int | None = None
-    for index, line in enumerate(lines):
-        opening = _THREAD_OPEN.match(line)
-        if opening is not None:
-            open_index = index if html.unescape(opening["id"]) == thread_id else None
-        elif _THREAD_CLOSE.match(line) and open_index is not None:
-            sections.append((open_index, index))
-            open_index = None
-    return sections

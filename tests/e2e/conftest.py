@@ -40,7 +40,7 @@ def scratch_postgres() -> Iterator[str]:
     try:
         admin = psycopg.connect(PG_SERVER, autocommit=True)
     except psycopg.OperationalError as error:
-        pytest.skip(f"no Postgres at {PG_SERVER}: {error}")
+        pytest.fail(f"no Postgres at {PG_SERVER}: {error}")
     with admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     base = PG_SERVER.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")

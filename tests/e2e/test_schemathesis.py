@@ -6,13 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-schemathesis = pytest.importorskip("schemathesis")
-
-from hypothesis import HealthCheck, settings  # noqa: E402
-from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: E402
-
-from .conftest import AUTH_A, build, scratch_postgres  # noqa: E402
+from .conftest import AUTH_A, build, scratch_postgres
 
 _urls = scratch_postgres()
 _url = next(_urls)

@@ -6,7 +6,6 @@ import pytest
 from om_core.domain.dates import (
     format_clock_12h,
     format_gap_between_dates,
-    format_observation_date,
     format_relative_time,
     format_temporal_gap,
     format_transcript_date,
@@ -89,14 +88,6 @@ def test_temporal_gap_marker_none_below_ten_minutes() -> None:
     assert temporal_gap_marker(before, before + timedelta(minutes=9, seconds=59)) is None
 
 
-def test_date_formats() -> None:
-    moment = datetime(2023, 5, 5, 0, 7, tzinfo=UTC)
-    assert format_observation_date(moment) == "May 5, 2023"
-    assert format_transcript_date(moment) == "May 5 2023"
-    assert format_clock_12h(moment) == "12:07 AM"
-    assert format_clock_12h(moment.replace(hour=13)) == "1:07 PM"
-
-
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -110,3 +101,10 @@ def test_date_formats() -> None:
 )
 def test_parse_date_text(text: str, expected: date | None) -> None:
     assert parse_date_text(text) == expected
+
+
+def test_date_formats() -> None:
+    moment = datetime(2023, 5, 5, 0, 7, tzinfo=UTC)
+    assert format_transcript_date(moment) == "May 5 2023"
+    assert format_clock_12h(moment) == "12:07 AM"
+    assert format_clock_12h(moment.replace(hour=13)) == "1:07 PM"

@@ -6,13 +6,9 @@ from hypothesis import strategies as st
 
 from om_core.domain.observation_log import (
     TruncationResult,
-    merge_thread_section,
-    message_boundary,
     observation_group_id,
     optimize_observations_for_context,
     render_groups_for_context,
-    split_at_message_boundaries,
-    split_lines_for_reflection,
     strip_group_tags,
     truncate_previous_observations,
     wrap_observation_group,
@@ -185,44 +181,3 @@ def test_groups_wrap_render_and_strip() -> None:
         f"## Group `{'f' * 16}`\n_range: `m10:m12`_\n\n* 🔴 b"
     )
     assert strip_group_tags(log) == "* 🔴 a\n\n* 🔴 b\n"
-
-
-def test_split_lines_for_reflection() -> None:
-    assert split_lines_for_reflection("a\nb\nc\n\nd\n", 2) == ("a\nb", "c\n\nd")
-    assert split_lines_for_reflection("a\nb", 5) == ("a\nb", "")
-
-
-def test_message_boundaries_split_the_log() -> None:
-    boundary = message_boundary(datetime(2023, 5, 15, 10, 0, tzinfo=UTC))
-    assert boundary == "--- message boundary (2023-05-15T10:00:00+00:00) ---"
-    log = f"* 🔴 a\n\n{boundary}\n\n* 🔴 b\n{boundary}\n"
-    assert split_at_message_boundaries(log) == ["* 🔴 a", "* 🔴 b"]
-
-
-def test_merge_thread_section_joins_same_date_section() -> None:
-    log = (
-        '<thread id="t_a">\nDate: May 15, 2023\n* 🔴 (10:00) a\n</thread>\n\n'
-        '<thread id="t_b">\n* 🔴 b\n</thread>'
-    )
-    merged = merge_thread_section(log, "t_a", "Date: May 15, 2023\n* 🔴 (11:00) a2")
-    assert merged == (
-        '<thread id="t_a">\nDate: May 15, 2023\n* 🔴 (10:00) a\n* 🔴 (11:00) a2\n</thread>\n\n'
-        '<thread id="t_b">\n* 🔴 b\n</thread>'
-    )
-
-
-def test_merge_thread_section_keeps_header_when_not_last_group() -> None:
-    log = '<thread id="t_a">\nDate: May 15, 2023\n* 🔴 a\nDate: May 16, 2023\n* 🔴 b\n</thread>'
-    merged = merge_thread_section(log, "t_a", "Date: May 15, 2023\n* 🔴 late")
-    assert merged.endswith("* 🔴 b\nDate: May 15, 2023\n* 🔴 late\n</thread>")
-
-
-def test_merge_thread_section_appends_new_section_with_boundary() -> None:
-    log = '<thread id="t_a">\nDate: May 15, 2023\n* 🔴 a\n</thread>'
-    merged = merge_thread_section(log, "t_a", "Date: May 16, 2023\n* 🔴 b", boundary="--- b ---")
-    assert merged == log + '\n\n--- b ---\n\n<thread id="t_a">\nDate: May 16, 2023\n* 🔴 b\n</thread>'
-    assert (
-        merge_thread_section("", "t_c", "* 🔴 c", boundary="--- b ---")
-        == '<thread id="t_c">\n* 🔴 c\n</thread>'
-    )
-    assert merge_thread_section(log, "t_a", "  ") == log

@@ -25,6 +25,7 @@ from om_core.adapters.models.om_local import (
     resolve_relative_dates,
     respond,
 )
+from om_core.domain.prompts import build_observer_request, build_reflector_request
 
 SYSTEM = "You are the Observer, the memory consciousness of an assistant."
 
@@ -351,13 +352,12 @@ def test_unrecognised_requests_are_rejected() -> None:
 
 
 def test_requests_built_by_the_prompt_module_are_understood() -> None:
-    prompts = pytest.importorskip("om_core.domain.prompts")
-    observer = prompts.build_observer_request(TRANSCRIPT, thread_title_enabled=True)
+    observer = build_observer_request(TRANSCRIPT, thread_title_enabled=True)
     reply = respond(observer, OmLocalOptions())
     assert "User said: My name is Priya Raman and I live in Lisbon." in reply.text
     assert "<thread-title>" in reply.text
     log, facts = realistic_log()
-    reflector = prompts.build_reflector_request(log, level=2, target_tokens=2_600)
+    reflector = build_reflector_request(log, level=2, target_tokens=2_600)
     reflected = respond(reflector, OmLocalOptions()).text
     assert count_tokens(reflected) < 2_600
     assert all(fact in reflected for fact in facts)

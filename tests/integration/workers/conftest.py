@@ -27,9 +27,13 @@ from om_workers.app import WorkerSettings, create_app
 from om_workers.harness import (
     CeleryProcess,
     beat_process,
+    memory_profile,
     process_env,
     scratch_postgres,
     worker_process,
+)
+from om_workers.harness import (
+    filler_message as message,
 )
 from om_workers.tasks import build_worker_deps
 
@@ -53,22 +57,6 @@ WORKER_ENV = {
     "OM_WORKER_SWEEP_INTERVAL": "2",
     "OM_WORKER_STUCK_AFTER": "60",
 }
-
-
-def memory_profile(latency_ms: int = 0, **observation: Any) -> dict[str, Any]:
-    return {
-        "model": "om-local/extractive",
-        "observation": {
-            "messageTokens": 600,
-            "bufferTokens": 0.2,
-            "bufferActivation": 0.8,
-            "blockAfter": 1.5,
-            "providerOptions": {"omLocal": {"latencyMs": latency_ms, "seed": 1}},
-            **observation,
-        },
-        # no reflection during these tests: a synchronous reflection would be a second reason to block
-        "reflection": {"observationTokens": 60_000},
-    }
 
 
 @dataclass
@@ -156,45 +144,6 @@ class Cluster:
 
     def state(self, thread: str) -> Any:
         return load_state(self.deps.store, self.stream(thread))
-
-
-_WORDS = [
-    "alpha",
-    "bravo",
-    "charlie",
-    "delta",
-    "echo",
-    "foxtrot",
-    "golf",
-    "hotel",
-    "india",
-    "juliet",
-    "kilo",
-    "lima",
-    "mike",
-    "november",
-    "oscar",
-    "papa",
-    "quebec",
-    "romeo",
-    "sierra",
-    "tango",
-    "uniform",
-    "victor",
-    "whiskey",
-    "xray",
-    "yankee",
-    "zulu",
-]
-
-
-def message(prefix: str, index: int, role: str = "user", words: int = 45) -> dict[str, Any]:
-    text = " ".join(_WORDS[(index + i) % len(_WORDS)] for i in range(words))
-    return {
-        "id": f"{prefix}-{index}",
-        "role": role,
-        "parts": [{"type": "text", "text": f"Note {index}: I met Dana {index} times. {text}."}],
-    }
 
 
 @pytest.fixture

@@ -1,12 +1,15 @@
 """HTTP API benchmark: one turn = append a message + read the context, over HTTP against Postgres.
 
-    .venv/bin/python -m bench.api_bench [--database-url URL] [--turns 400] [--clients 1,32] [--markdown]
+    .venv/bin/python -m bench.api_bench [--database-url URL] [--broker-url URL] [--turns 400]
+                                        [--clients 1,32] [--markdown]
 
-Starts a real uvicorn server on 127.0.0.1 (one process, the inline executor on a background thread) over a
-scratch Postgres database created for the run and dropped afterwards. Each client owns one thread and
-runs turns back to back (append the user message, read the context, append the assistant message is NOT
-part of the turn: a turn is what an agent does before its model call). Prints one JSON object; with
-``--markdown`` also prints the table that docs/benchmarks.md holds.
+Runs the real server, ``om serve``, in a process of its own (as it is deployed: the clients are other
+programs) over a scratch Postgres database created for the run and dropped afterwards. With the default
+``--broker-url memory://`` model work runs on the server's in-process Celery worker (the embedded mode);
+with a Redis URL it is published to Celery, and a worker must be running for it to happen (none is needed
+for the turns themselves). Each client owns one thread and runs turns back to back: append the user message,
+read the context (the assistant's reply is not part of the turn: a turn is what an agent does before its
+model call). Prints one JSON object; with ``--markdown`` also prints the table that docs/benchmarks.md holds.
 """
 
 from __future__ import annotations
@@ -17,28 +20,26 @@ import os
 import platform
 import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import httpx
 import psycopg
-import uvicorn
 
-from om_api.app import create_app
 from om_core.adapters.store.migrations import upgrade_to_head
-from om_core.bootstrap import build_inline
-from om_core.settings import ServerSettings
 
 DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
-PROFILE: dict[str, Any] = {"model": "om-local/extractive"}  # Mastra's default budgets (30k / 40k)
+PROFILE = "model: om-local/extractive\n"  # Mastra's default budgets (30k / 40k)
 KEY = "bench-key"
+STARTUP_TIMEOUT_S = 90.0
 
 
 @contextmanager
@@ -56,27 +57,54 @@ def scratch_database(server: str) -> Iterator[str]:
 
 
 @contextmanager
-def running_server(url: str) -> Iterator[str]:
-    deps, dispatcher = build_inline(database_url=url, profile=PROFILE, background=True, migrate=False)
-    deps.sync_wait_seconds = 0.0
-    settings = ServerSettings(database_url=url, api_keys=f"{KEY}=bench")
-    app = create_app(settings, deps)
+def running_server(url: str, broker_url: str) -> Iterator[str]:
+    """``om serve`` on a free loopback port, stopped (and its log shown on failure) afterwards."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        dispatcher.close()
+    with tempfile.TemporaryDirectory(prefix="om-api-bench-") as scratch:
+        profile = Path(scratch) / "profile.yaml"
+        profile.write_text(PROFILE)
+        log_path = Path(scratch) / "server.log"
+        env = {
+            **os.environ,
+            "OM_DATABASE_URL": url,
+            "OM_BROKER_URL": broker_url,
+            "OM_API_KEYS": f"{KEY}=bench",
+            "OM_PROFILE": str(profile),
+            "OM_HOST": "127.0.0.1",
+            "OM_PORT": str(port),
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        }
+        with log_path.open("wb") as log:
+            server = subprocess.Popen(
+                [sys.executable, "-m", "om_api.cli", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            _wait_until_up(base, server, log_path)
+            yield base
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+def _wait_until_up(base: str, server: subprocess.Popen[bytes], log_path: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"om serve exited with {server.returncode}:\n{log_path.read_text()}")
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"om serve did not answer within {STARTUP_TIMEOUT_S:.0f} s:\n{log_path.read_text()}")
 
 
 def client_run(base: str, turns: int, warmup: int, start: threading.Barrier, out: list[float]) -> None:
@@ -126,19 +154,21 @@ def measure(base: str, clients: int, turns: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--database-url", default=DEFAULT_SERVER, help="a Postgres server (any database)")
+    parser.add_argument("--broker-url", default="memory://", help="memory:// (embedded worker) or redis://")
     parser.add_argument("--turns", type=int, default=400, help="turns per client (1 client)")
     parser.add_argument("--clients", default="1,32")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     server = args.database_url.replace("postgresql+psycopg://", "postgresql://")
     results = []
-    with scratch_database(server) as url, running_server(url) as base:
+    with scratch_database(server) as url, running_server(url, args.broker_url) as base:
         for clients in (int(c) for c in args.clients.split(",")):
             per_client = args.turns if clients == 1 else max(20, args.turns // clients * 2)
             results.append(measure(base, clients, per_client))
     report = {
         "benchmark": "http_turn",
-        "turn": "POST /messages (1 user message) + GET /context, over HTTP, Postgres, one uvicorn process",
+        "turn": "POST /messages (1 user message) + GET /context, over HTTP, Postgres, om serve (1 process)",
+        "broker": args.broker_url,
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "results": results,

@@ -12,6 +12,7 @@ from om_core.adapters.store.migrations import upgrade_to_head
 from om_core.adapters.store.sql_store import create_event_store
 from om_core.application.ports import ModelGateway, WorkDispatcher
 from om_core.application.records import Deps
+from om_core.application.state_cache import DEFAULT_CAPACITY, StateCache
 from om_core.application.work import run_task
 from om_core.domain.config import MemoryConfig, ModelByInputTokens, parse_memory_config
 from om_core.domain.thresholds import DEFAULT_MODEL
@@ -26,6 +27,7 @@ def build_deps(
     migrate: bool = False,
     max_message_bytes: int = 1_000_000,
     sync_wait_seconds: float = 10.0,
+    state_cache_size: int = DEFAULT_CAPACITY,
 ) -> Deps:
     """``migrate`` upgrades the schema first: the embedded SQLite mode does it on start, a Postgres
     deployment runs ``om migrate`` once instead. A profile naming a cloud model whose API key is not set
@@ -41,6 +43,7 @@ def build_deps(
         profile=dict(profile or {}),
         max_message_bytes=max_message_bytes,
         sync_wait_seconds=sync_wait_seconds,
+        states=StateCache(state_cache_size),
     )
 
 

@@ -119,6 +119,8 @@ class ServerSettings(BaseSettings):
     max_message_bytes: int = Field(default=1_000_000, gt=0)
     max_request_bytes: int = Field(default=8_000_000, gt=0)
     sync_wait_seconds: float = Field(default=10.0, ge=0)
+    # record states a process keeps parsed between requests (om_core/application/state_cache.py)
+    state_cache_size: int = Field(default=256, ge=0)
     flower_user: str | None = None
     flower_password: SecretStr | None = None
     host: str = "127.0.0.1"

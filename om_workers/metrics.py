@@ -37,11 +37,11 @@ from om_core.application.ports import (
 )
 from om_core.domain.envelope import (
     AppendResult,
-    JSONDict,
     NewEvent,
     RecordedEvent,
     StateSnapshot,
     StoredMessageRef,
+    StoredSnapshot,
     TaskRequest,
 )
 
@@ -152,8 +152,8 @@ class MeteredEventStore(EventStore):
     def stream_version(self, stream_id: str) -> int:
         return self.inner.stream_version(stream_id)
 
-    def load_snapshot(self, stream_id: str) -> tuple[JSONDict, int] | None:
-        return self.inner.load_snapshot(stream_id)
+    def load_snapshot(self, stream_id: str, *, known_position: int | None = None) -> StoredSnapshot | None:
+        return self.inner.load_snapshot(stream_id, known_position=known_position)
 
     def find_messages(self, stream_id: str, message_ids: Iterable[str]) -> dict[str, StoredMessageRef]:
         return self.inner.find_messages(stream_id, message_ids)

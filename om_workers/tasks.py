@@ -78,6 +78,7 @@ def build_worker_deps(app: Celery, settings: ServerSettings, *, migrate: bool = 
         migrate=migrate,
         max_message_bytes=settings.max_message_bytes,
         sync_wait_seconds=settings.sync_wait_seconds,
+        state_cache_size=settings.state_cache_size,
     )
     deps.store = metrics.MeteredEventStore(deps.store)
     dispatcher.bind(deps.store)

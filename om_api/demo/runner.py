@@ -125,7 +125,7 @@ def run_demo(
         if live is not None:
             live.stop()
         dispatcher.close()
-    state = load_state(deps.store, stream_id)
+    state = load_state(deps.store, stream_id, deps.states)
     config = record_config(deps.profile, state)
     limits = resolve_limits(config, state)
     text = context_text(final).lower()
@@ -194,7 +194,7 @@ def _bar(value: int, limit: int, marker: int | None, width: int = 40) -> Text:
 
 
 def _render(deps: Any, stream_id: str, turn: int, turns: int, feed: list[str]) -> Panel:
-    state = load_state(deps.store, stream_id)
+    state = load_state(deps.store, stream_id, deps.states)
     limits = resolve_limits(record_config(deps.profile, state), state)
     table = Table.grid(padding=(0, 1))
     table.add_row("messages", _bar(state.pending_tokens, limits.message_threshold, limits.block_after))

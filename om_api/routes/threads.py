@@ -15,6 +15,7 @@ from fastapi.responses import StreamingResponse
 from om_api import queries
 from om_api.auth import Tenant
 from om_api.deps import DepsDep
+from om_api.encoding import json_response
 from om_api.errors import ApiError, not_found
 from om_api.formats import openai_messages
 from om_api.recall import RecallQuery, recall
@@ -71,7 +72,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def _existing(deps: Deps, tenant: str, thread_id: str) -> RecordState:
-    state = load_state(deps.store, thread_stream_id(tenant, thread_id))
+    state = load_state(deps.store, thread_stream_id(tenant, thread_id), deps.states)
     if state.version == 0:
         raise not_found(thread_id)
     return state
@@ -129,7 +130,7 @@ def _parts_since(deps: Deps, before: RecordState, stream_id: str, version: int) 
 
 
 def _record_state(deps: Deps, tenant: str, thread_id: str) -> RecordState:
-    state = load_state(deps.store, _record_stream(deps, tenant, thread_id))
+    state = load_state(deps.store, _record_stream(deps, tenant, thread_id), deps.states)
     if state.version == 0:
         raise not_found(thread_id)
     return state
@@ -182,24 +183,28 @@ def delete_thread(thread_id: ThreadId, deps: DepsDep, tenant: Tenant) -> Respons
 
 
 @router.post("/{thread_id}/messages", response_model=AppendOut, responses=_ERRORS, summary="append messages")
-def post_messages(thread_id: ThreadId, body: MessagesIn, deps: DepsDep, tenant: Tenant) -> dict[str, Any]:
+def post_messages(thread_id: ThreadId, body: MessagesIn, deps: DepsDep, tenant: Tenant) -> Response:
     outcome = append_messages(
         deps, tenant=tenant, thread_id=thread_id, messages=body.messages, resource_id=body.resource_id
     )
-    state = outcome.state if outcome.state is not None else load_state(deps.store, outcome.stream_id)
+    state = (
+        outcome.state if outcome.state is not None else load_state(deps.store, outcome.stream_id, deps.states)
+    )
     config = record_config(deps.profile, state)
     parts = _emitted(deps, outcome.events, state, outcome.prior)
     status = status_part(state, config)
-    return {
-        "thread_id": thread_id,
-        "version": outcome.version,
-        "appended": [
-            {"message_id": a.message_id, "seq": a.seq, "tokens": a.tokens} for a in outcome.appended
-        ],
-        "duplicates": outcome.duplicates,
-        "status": status["data"],
-        "parts": [*parts, status],
-    }
+    return json_response(
+        {
+            "thread_id": thread_id,
+            "version": outcome.version,
+            "appended": [
+                {"message_id": a.message_id, "seq": a.seq, "tokens": a.tokens} for a in outcome.appended
+            ],
+            "duplicates": outcome.duplicates,
+            "status": status["data"],
+            "parts": [*parts, status],
+        }
+    )
 
 
 @router.get(
@@ -220,7 +225,7 @@ def get_thread_context(
         int | None, Query(ge=1, le=2**53, description="time travel: as of version N")
     ] = None,
     wait: Annotated[bool, Query(description="false: never block on synchronous work")] = True,
-) -> dict[str, Any]:
+) -> Response:
     read = read_context(
         deps, tenant=tenant, thread_id=thread_id, caller_model=model, at_version=at_version, wait=wait
     )
@@ -236,15 +241,17 @@ def get_thread_context(
         "parts": [*parts, status],
     }
     if format == "openai":
-        return {**common, "messages": openai_messages(window)}
-    return {
-        **common,
-        "system": window.system,
-        "continuation": window.continuation,
-        "messages": window.messages,
-        "pending_tokens": window.pending_tokens,
-        "observation_tokens": window.observation_tokens,
-    }
+        return json_response({**common, "messages": openai_messages(window)})
+    return json_response(
+        {
+            **common,
+            "system": window.system,
+            "continuation": window.continuation,
+            "pending_tokens": window.pending_tokens,
+            "observation_tokens": window.observation_tokens,
+        },
+        embedded={"messages": window.message_json},
+    )
 
 
 @router.get(

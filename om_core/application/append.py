@@ -77,7 +77,7 @@ def configure_thread(
     stream_id = thread_stream_id(tenant, thread_id)
 
     def attempt() -> RecordState:
-        state = load_state(deps.store, stream_id)
+        state = load_state(deps.store, stream_id, deps.states)
         plan = Plan(state)
         plan.add(
             ThreadConfigured(
@@ -127,7 +127,7 @@ def append_messages(
         configure_thread(deps, tenant=tenant, thread_id=thread_id, resource_id=resource_id)
 
     def attempt(careful: bool) -> AppendOutcome:
-        state = load_state(deps.store, stream_id)
+        state = load_state(deps.store, stream_id, deps.states)
         config = record_config(deps.profile, state)
         counter = counter_for(config)
         stored = deps.store.find_messages(stream_id, [m.id for m, _ in batch]) if careful else {}

@@ -109,7 +109,7 @@ def _settle(
     failed_rounds = 0
     found: RecordState | None = None
     for _ in range(MAX_SYNC_ROUNDS * 4):
-        state = load_state(deps.store, stream_id)
+        state = load_state(deps.store, stream_id, deps.states)
         if state.version == 0:
             raise RecordNotFoundError(stream_id)
         config = record_config(deps.profile, state)
@@ -138,12 +138,12 @@ def _settle(
         outcome = _await_cycle(deps, stream_id, cycle, task)
         if outcome == WorkOutcome.FAILED:
             failed_rounds += 1
-            state = load_state(deps.store, stream_id)
+            state = load_state(deps.store, stream_id, deps.states)
             if _over_limit(deps, state):
                 return _apply_failure_policy(deps, state), found
         if failed_rounds >= MAX_SYNC_ROUNDS:
             break
-    final = load_state(deps.store, stream_id)
+    final = load_state(deps.store, stream_id, deps.states)
     return final, found or final
 
 
@@ -164,7 +164,7 @@ def _await_cycle(deps: Deps, stream_id: str, cycle_id: str, task: str) -> WorkOu
     """
     deadline = time.monotonic() + deps.sync_wait_seconds
     while time.monotonic() < deadline:
-        state = load_state(deps.store, stream_id)
+        state = load_state(deps.store, stream_id, deps.states)
         if not _in_flight(state, cycle_id):
             return _outcome_of(deps, stream_id, cycle_id)
         if deps.dispatcher.runs_inline:
@@ -219,7 +219,7 @@ def _apply_failure_policy(deps: Deps, state: RecordState) -> RecordState:
     try:
         commit(deps, plan)
     except ConcurrencyError:
-        return load_state(deps.store, state.stream_id)
+        return load_state(deps.store, state.stream_id, deps.states)
     return plan.state
 
 

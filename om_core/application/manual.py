@@ -47,7 +47,7 @@ def observe_now(deps: Deps, *, tenant: str, thread_id: str, wait: bool = True) -
     stream_id = thread_stream_id(tenant, thread_id)
 
     def attempt() -> tuple[Plan, int, str | None]:
-        state = load_state(deps.store, stream_id)
+        state = load_state(deps.store, stream_id, deps.states)
         if state.version == 0:
             raise RecordNotFoundError(stream_id)
         if state.sync_in_flight is not None:
@@ -92,7 +92,7 @@ def reflect_now(deps: Deps, *, tenant: str, thread_id: str, wait: bool = True) -
     stream_id = thread_stream_id(tenant, thread_id)
 
     def attempt() -> tuple[Plan, int, str | None]:
-        state = load_state(deps.store, stream_id)
+        state = load_state(deps.store, stream_id, deps.states)
         if state.version == 0:
             raise RecordNotFoundError(stream_id)
         flight = state.reflection_in_flight
@@ -141,5 +141,5 @@ def _finish(
     if not wait:
         return ManualOutcome(cycle_id=cycle, outcome="queued", version=version, state=plan.state)
     outcome: WorkOutcome = _await_cycle(deps, stream_id, cycle, task)
-    state = load_state(deps.store, stream_id)
+    state = load_state(deps.store, stream_id, deps.states)
     return ManualOutcome(cycle_id=cycle, outcome=str(outcome), version=state.version, state=state)

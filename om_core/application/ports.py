@@ -15,6 +15,7 @@ from om_core.domain.envelope import (
     RecordedEvent,
     StateSnapshot,
     StoredMessageRef,
+    StoredSnapshot,
     TaskRequest,
 )
 
@@ -145,8 +146,12 @@ class EventStore(abc.ABC):
         """The stream's current version, 0 when it has no events."""
 
     @abc.abstractmethod
-    def load_snapshot(self, stream_id: str) -> tuple[JSONDict, int] | None:
-        """The inline projection of a stream and the version it reflects."""
+    def load_snapshot(self, stream_id: str, *, known_position: int | None = None) -> StoredSnapshot | None:
+        """The inline projection of a stream, the version it reflects and its last event's position.
+
+        When the snapshot is still the one of ``known_position``, its document is left out (``state`` is
+        None): a caller that holds that state already pays for one small row, not for the whole state.
+        """
 
     @abc.abstractmethod
     def find_messages(self, stream_id: str, message_ids: Iterable[str]) -> dict[str, StoredMessageRef]:

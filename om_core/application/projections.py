@@ -55,8 +55,9 @@ def rebuild_projections(store: EventStore, *, verify_only: bool = False, prefix:
         stored = store.load_snapshot(stream_id)
         same = (
             stored is not None
-            and stored[1] == rebuilt.version
-            and canonical(stored[0]) == canonical(rebuilt.to_json())
+            and stored.state is not None
+            and stored.version == rebuilt.version
+            and canonical(json.loads(stored.state)) == canonical(rebuilt.to_json())
         )
         if same:
             report.identical += 1

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from om_core.application.ports import ConcurrencyError, EventStore, ModelGateway, WorkDispatcher
+from om_core.application.state_cache import StateCache
 from om_core.domain import policy
 from om_core.domain.config import MemoryConfig, merge_config_layers, parse_memory_config
 from om_core.domain.envelope import NewEvent, StateSnapshot, TaskRequest
@@ -57,6 +58,7 @@ class Deps:
     clock: Callable[[], datetime] = utc_now
     max_message_bytes: int = 1_000_000
     sync_wait_seconds: float = 10.0
+    states: StateCache = field(default_factory=StateCache)
 
 
 class RecordNotFoundError(LookupError):
@@ -99,9 +101,7 @@ def record_stream_for(deps: Deps, tenant: str, thread_id: str, resource_id: str 
     if profile_scope(deps.profile) != "resource":
         return thread_stream
     if resource_id is None:
-        snapshot = deps.store.load_snapshot(thread_stream)
-        if snapshot is not None:
-            resource_id = snapshot[0].get("resource_id")
+        resource_id = load_state(deps.store, thread_stream, deps.states).resource_id
     if not resource_id:
         raise ResourceRequiredError(thread_id)
     return resource_stream_id(tenant, resource_id)
@@ -135,23 +135,36 @@ def counter_for(config: MemoryConfig) -> TokenCounter:
     return token_counter(config.tokenizer)
 
 
-def load_state(store: EventStore, stream_id: str) -> RecordState:
-    """The record's inline projection: one row, whatever the length of the stream.
+def load_state(store: EventStore, stream_id: str, cache: StateCache | None = None) -> RecordState:
+    """The record's inline projection: one row, whatever the length of the stream. The caller owns it.
 
     Every commit writes it in the same transaction as its events, so it is never behind them. A stream
-    without one (its projection was dropped) is folded from its events.
+    without one (its projection was dropped) is folded from its events. With a ``cache`` that holds the
+    stream's current state, only the row's position is read.
     """
-    snapshot = store.load_snapshot(stream_id)
-    if snapshot is None:
+    known = cache.position(stream_id) if cache is not None else None
+    stored = store.load_snapshot(stream_id, known_position=known)
+    if stored is None:
         return replay_state(store, stream_id)
-    data, version = snapshot
+    if stored.state is None and cache is not None:
+        held = cache.take(stream_id, stored.position)
+        if held is not None:
+            return held
+        # evicted between the two calls
+        stored = store.load_snapshot(stream_id)
+        if stored is None:
+            return replay_state(store, stream_id)
+    assert stored.state is not None
     try:
-        state = RecordState.from_json(data)
+        state = RecordState.model_validate_json(stored.state)
     except ValidationError:
         # written by an older shape of the state: snapshots are a cache, the events are the truth
         return replay_state(store, stream_id)
-    state.version = version
-    return state
+    state.version = stored.version
+    if cache is None:
+        return state
+    cache.keep(stream_id, stored.position, state)
+    return state.fork()
 
 
 def replay_state(store: EventStore, stream_id: str, to_version: int | None = None) -> RecordState:
@@ -165,7 +178,11 @@ def replay_state(store: EventStore, stream_id: str, to_version: int | None = Non
 
 def snapshot_of(state: RecordState, tenant: str) -> StateSnapshot:
     return StateSnapshot(
-        state=state.model_dump_json(), tenant=tenant, thread_id=state.thread_id, resource_id=state.resource_id
+        state=state.model_dump_json(),
+        tenant=tenant,
+        thread_id=state.thread_id,
+        resource_id=state.resource_id,
+        pending_work=state.has_work_pending,
     )
 
 
@@ -195,7 +212,7 @@ class Plan:
 
     def add(self, event: DomainEvent, *, event_id: uuid.UUID | None = None) -> None:
         if self.prior is None and self.capture_before is not None and self.capture_before(event):
-            self.prior = (len(self.events), self.state.model_copy(deep=True))
+            self.prior = (len(self.events), self.state.fork())
         self.events.append(event)
         self.event_ids.append(event_id)
         evolve(self.state, [event])
@@ -328,6 +345,7 @@ def commit(deps: Deps, plan: Plan, *, metadata: Mapping[str, Any] | None = None)
         snapshot=snapshot_of(plan.state, tenant_of(stream_id)),
         tasks=plan.tasks,
     )
+    deps.states.keep(stream_id, result.global_positions[-1], plan.state.fork())
     if plan.tasks:
         deps.dispatcher.dispatch(plan.tasks)
     return result.last_version

@@ -89,7 +89,7 @@ def _record_outcome(
     outcome_id = effect_event_id(stream_id, cycle_id, "outcome")
 
     def attempt() -> WorkOutcome:
-        state = load_state(deps.store, stream_id)
+        state = load_state(deps.store, stream_id, deps.states)
         config = record_config(deps.profile, state)
         events = build(state)
         plan = Plan(state)
@@ -160,7 +160,7 @@ def _run_observation(deps: Deps, stream_id: str, cycle_id: str, kind: _Observati
     def stale(s: RecordState) -> DomainEvent:
         return kind.stale(cycle_id=cycle_id, reason=kind.stale_reason, at=format_time(deps.clock()))
 
-    state = load_state(deps.store, stream_id)
+    state = load_state(deps.store, stream_id, deps.states)
     flight = kind.flight(state)
     if flight is None or flight.cycle_id != cycle_id:
         # already done (a redelivery: the stale record collides with the stored outcome) or superseded
@@ -215,7 +215,7 @@ def _mark_started(deps: Deps, stream_id: str, cycle_id: str) -> None:
     started_id = effect_event_id(stream_id, cycle_id, "started")
 
     def attempt() -> None:
-        state = load_state(deps.store, stream_id)
+        state = load_state(deps.store, stream_id, deps.states)
         flight = state.buffer_in_flight
         if flight is None or flight.cycle_id != cycle_id or flight.started:
             return
@@ -253,7 +253,7 @@ def _title_events(state: RecordState, title: str | None, cycle_id: str, deps: De
 
 
 def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
-    state = load_state(deps.store, stream_id)
+    state = load_state(deps.store, stream_id, deps.states)
     flight = state.reflection_in_flight
     if flight is None or flight.cycle_id != cycle_id or flight.generation != state.generation:
         return _record_outcome(

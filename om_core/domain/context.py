@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from om_core.domain import thresholds
@@ -51,12 +52,19 @@ class ContextWindow:
 
     system: list[str]
     continuation: str | None
-    messages: list[dict[str, Any]]
+    # the unobserved messages as stored, each a JSON object's text: an answer that only passes them on
+    # (the HTTP API) embeds the text as it is instead of parsing and re-encoding every message of the window
+    message_json: list[str]
     status: dict[str, Any]
     version: int
     pending_tokens: int
     observation_tokens: int
     warnings: list[str] = field(default_factory=list)
+
+    @cached_property
+    def messages(self) -> list[dict[str, Any]]:
+        parsed: list[dict[str, Any]] = [json.loads(text) for text in self.message_json]
+        return parsed
 
 
 def build_context(
@@ -100,7 +108,7 @@ def build_context(
     return ContextWindow(
         system=system,
         continuation=continuation,
-        messages=[m.message for m in own],
+        message_json=[m.body for m in own],
         status=build_status(state, config),
         version=state.version,
         pending_tokens=state.pending_tokens,

@@ -62,6 +62,23 @@ class StateSnapshot:
     tenant: str
     thread_id: str | None
     resource_id: str | None
+    # chunks waiting or a cycle in flight: the idle sweep and the stuck-cycle recovery look only at these
+    pending_work: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSnapshot:
+    """A stream's inline projection as stored.
+
+    ``position`` is the global position of the last event the snapshot covers. No other stream or version
+    ever has it (an erased and re-created stream gets new positions), so it names this exact state: a
+    reader that already holds the state of that position can skip the document. ``state`` is the JSON
+    text, or None when the reader said it holds the state of ``position``.
+    """
+
+    state: str | None
+    version: int
+    position: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -246,6 +246,30 @@ class RecordState(_Model):
     def log_text(self) -> str:
         return "\n".join(segment.text for segment in self.log)
 
+    @property
+    def has_work_pending(self) -> bool:
+        """Chunks waiting for activation or a cycle in flight: what an idle sweep or a recovery looks at."""
+        return bool(self.chunks or self.buffer_in_flight or self.sync_in_flight or self.reflection_in_flight)
+
+    def fork(self) -> RecordState:
+        """A copy that can be evolved without changing this one, in time proportional to the window's
+        length rather than its bytes: lists are copied but share their elements, because the fold never
+        changes a message, chunk or log segment once it is in the state; the few objects it does change
+        in place (the stats, a buffer run in flight) are copied."""
+        return self.model_copy(
+            update={
+                "thread_metadata": dict(self.thread_metadata),
+                "config_overrides": dict(self.config_overrides),
+                "window": list(self.window),
+                "chunks": list(self.chunks),
+                "log": list(self.log),
+                "generations": list(self.generations),
+                "buffer_in_flight": self.buffer_in_flight.model_copy() if self.buffer_in_flight else None,
+                "extracted": dict(self.extracted),
+                "stats": self.stats.model_copy(),
+            }
+        )
+
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
@@ -260,7 +284,7 @@ def initial_state(stream_id: str) -> RecordState:
 
 def fold(state: RecordState, events: Iterable[DomainEvent], *, version: int | None = None) -> RecordState:
     """Apply ``events`` in order to a copy of ``state``; the input is never modified."""
-    return evolve(state.model_copy(deep=True), events, version=version)
+    return evolve(state.fork(), events, version=version)
 
 
 def evolve(state: RecordState, events: Iterable[DomainEvent], *, version: int | None = None) -> RecordState:
@@ -616,6 +640,7 @@ def _start_generation(
 ) -> None:
     """Replace the first ``line_count`` log lines by ``text``; lines written after the slice are kept."""
     kept: list[LogSegment] = []
+    carried: LogSegment | None = None
     remaining = line_count
     for segment in s.log:
         lines = segment.text.split("\n")
@@ -623,23 +648,20 @@ def _start_generation(
             remaining -= len(lines)
             continue
         if remaining > 0:
-            kept.append(
-                LogSegment(
-                    text="\n".join(lines[remaining:]),
-                    tokens=0,
-                    kind="carried",
-                    boundary_at=segment.boundary_at,
-                    cycle_ids=segment.cycle_ids,
-                )
+            carried = LogSegment(
+                text="\n".join(lines[remaining:]),
+                tokens=0,
+                kind="carried",
+                boundary_at=segment.boundary_at,
+                cycle_ids=segment.cycle_ids,
             )
+            kept.append(carried)
             remaining = 0
         else:
             kept.append(segment)
-    # the only segment whose size the fold cannot know is a partially carried one: it gets what is left
-    known = tokens + sum(seg.tokens for seg in kept)
-    for seg in kept:
-        if seg.kind == "carried" and seg.tokens == 0:
-            seg.tokens = max(0, total_tokens - known)
+    if carried is not None:
+        # the only segment whose size the fold cannot know is the partially carried one: it gets what is left
+        carried.tokens = max(0, total_tokens - tokens - sum(seg.tokens for seg in kept))
     s.log = [LogSegment(text=text, tokens=tokens, kind="reflection", cycle_ids=[cycle_id]), *kept]
     s.observation_tokens = total_tokens
     s.generation += 1

@@ -10,6 +10,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from om_api.demo.conversation import synthetic_conversation
+from om_api.schemas import AppendOut, ContextOut, OpenAIContextOut
 from om_core.adapters.inline_dispatcher import InlineDispatcher
 from om_core.application.projections import replay_context
 from om_core.application.records import Deps, thread_stream_id
@@ -29,6 +30,8 @@ def test_long_conversation_over_http(client: TestClient, pg_app: tuple[Any, Deps
         r = client.post(f"/v1/threads/{THREAD}/messages", json={"messages": [turn.user]}, headers=AUTH_A)
         assert r.status_code == 200, r.text
         body = r.json()
+        # the turn's answers are encoded by hand (om_api/encoding.py): exactly their documented models
+        assert AppendOut.model_validate(body).model_dump(mode="json") == body
         assert body["appended"][0]["message_id"] == turn.user["id"]
         assert body["appended"][0]["tokens"] > 0
         assert body["parts"][-1]["type"] == "data-om-status"
@@ -36,6 +39,7 @@ def test_long_conversation_over_http(client: TestClient, pg_app: tuple[Any, Deps
         r = client.get(f"/v1/threads/{THREAD}/context", params={"model": "openai/gpt-5-mini"}, headers=AUTH_A)
         assert r.status_code == 200, r.text
         context = r.json()
+        assert ContextOut.model_validate(context).model_dump(mode="json") == context
         kinds.update(p["type"] for p in context["parts"])
         block_after = PROFILE["observation"]["messageTokens"] * PROFILE["observation"]["blockAfter"]
         # a context read never returns a window over blockAfter (semantics §4.4)
@@ -99,6 +103,7 @@ def test_time_travel_equals_fresh_fold(
 def test_openai_format_and_observations(client: TestClient) -> None:
     r = client.get(f"/v1/threads/{THREAD}/context", params={"format": "openai"}, headers=AUTH_A)
     assert r.status_code == 200
+    assert OpenAIContextOut.model_validate(r.json()).model_dump(mode="json") == r.json()
     messages = r.json()["messages"]
     assert messages[0]["role"] == "system"
     assert {m["role"] for m in messages} <= {"system", "user", "assistant", "tool"}

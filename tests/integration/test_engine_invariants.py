@@ -8,6 +8,7 @@ switched on through the thread's configuration (``providerOptions.omLocal``).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -252,10 +253,14 @@ class EngineMachine(RuleBasedStateMachine):
     @invariant()
     def replay_reproduces_the_projection(self) -> None:
         stored = self.deps.store.load_snapshot(STREAM)
-        assert stored is not None
+        assert stored is not None and stored.state is not None
         rebuilt = replay_state(self.deps.store, STREAM)
-        assert stored[1] == rebuilt.version
-        assert canonical(stored[0]) == canonical(rebuilt.to_json())
+        assert stored.version == rebuilt.version
+        assert canonical(json.loads(stored.state)) == canonical(rebuilt.to_json())
+        # the process's cached state (what the use cases started from) was never changed behind its back
+        cached = load_state(self.deps.store, STREAM, self.deps.states)
+        assert cached.version == rebuilt.version
+        assert canonical(cached.to_json()) == canonical(rebuilt.to_json())
 
 
 EngineMachine.TestCase.settings = settings(

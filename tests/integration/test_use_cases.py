@@ -186,3 +186,25 @@ def test_a_snapshot_of_an_older_shape_is_rebuilt_from_events(deps: Deps) -> None
     deps.store.replace_snapshot(stream_id, StateSnapshot(old_shape, "a", "t", None), expected.version)
     assert canonical(load_state(deps.store, stream_id).to_json()) == canonical(expected.to_json())
     assert len(get_context(deps, tenant="a", thread_id="t").messages) == 5
+
+
+def test_a_process_sees_what_another_process_wrote_through_its_state_cache(deps: Deps) -> None:
+    """Two processes on one database, each with its own cache: neither ever reads a stale record."""
+    other, dispatcher = build_inline(
+        database_url=deps.store.engine.url.render_as_string(False), profile=PROFILE
+    )
+    try:
+        append_messages(deps, tenant="a", thread_id="t", messages=[user(1)])
+        assert [
+            m.message_id for m in load_state(other.store, thread_stream_id("a", "t"), other.states).window
+        ] == ["u1"]
+        append_messages(other, tenant="a", thread_id="t", messages=[user(2)])
+        mine = load_state(deps.store, thread_stream_id("a", "t"), deps.states)
+        assert [m.message_id for m in mine.window] == ["u1", "u2"]
+        # erased by one process and started again: the other's cached state of the old thread is not used
+        assert deps.store.delete_stream(thread_stream_id("a", "t")) > 0
+        append_messages(deps, tenant="a", thread_id="t", messages=[user(3)])
+        again = load_state(other.store, thread_stream_id("a", "t"), other.states)
+        assert [m.message_id for m in again.window] == ["u3"] and again.stats.messages == 1
+    finally:
+        dispatcher.close()

@@ -162,10 +162,21 @@ records = sa.Table(
     sa.Column("thread_id", sa.Text(), nullable=True),
     sa.Column("resource_id", sa.Text(), nullable=True),
     sa.Column("version", sa.BigInteger(), nullable=False),
-    sa.Column("state", JsonDocument, nullable=False),
+    # written whole and read whole, never queried inside: json text, which the server neither parses into
+    # nor rebuilds from a binary form (see alembic 0002)
+    sa.Column("state", sa.JSON(), nullable=False),
     sa.Column("updated_at", UtcDateTime(), nullable=False, server_default=UtcNow()),
+    # the global position of the last event the state covers: names the exact state (StoredSnapshot)
+    sa.Column("position", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("pending_work", sa.Boolean(), nullable=False, server_default=sa.false()),
 )
 sa.Index("ix_om_records_tenant_resource_id", records.c.tenant, records.c.resource_id)
+sa.Index(
+    "ix_om_records_pending_work",
+    records.c.stream_id,
+    postgresql_where=records.c.pending_work,
+    sqlite_where=records.c.pending_work,
+)
 
 messages = sa.Table(
     "om_messages",

@@ -52,6 +52,7 @@ from om_core.domain.envelope import (
     RecordedEvent,
     StateSnapshot,
     StoredMessageRef,
+    StoredSnapshot,
     TaskRequest,
 )
 from om_core.domain.upcasting import Upcasters
@@ -62,7 +63,7 @@ MESSAGE_APPENDED = "MessageAppended"
 _IN_CHUNK = 500
 _STREAM_PAGE = 1000
 # The key of the append cursor in a pooled connection's ``info``.
-_APPEND_CURSOR = "om_append_cursor"
+_DRIVER_CURSOR = "om_driver_cursor"
 
 json_dumps: Callable[[Any], str] = functools.partial(
     json.dumps, ensure_ascii=False, separators=(",", ":"), allow_nan=False
@@ -335,35 +336,13 @@ class SqlEventStore(EventStore):
             sql, parameters = self._append_many_postgres(
                 stream_id, new_events, expected, snapshot, tasks, message_rows
             )
-        # The hot path runs on the pooled driver connection: SQLAlchemy's Connection and result set-up
-        # took more client CPU than the statement itself, and CPU is what 16 writers on 2 cores run out of.
         try:
-            raw = self._engine.raw_connection()
-        except psycopg.OperationalError as error:  # raw_connection passes connect errors on unwrapped
-            raise StoreUnavailableError(str(error)) from error
-        try:
-            # One cursor per pooled connection, kept for its life: setting one up costs as much as
-            # adapting the parameters.
-            cursor = raw.info.get(_APPEND_CURSOR)
-            if cursor is None:
-                driver = raw.driver_connection
-                assert isinstance(driver, psycopg.Connection)
-                cursor = raw.info[_APPEND_CURSOR] = driver.cursor()
-            # prepare=True: the statement texts are few and fixed, so prepare on first use, not the fifth.
-            cursor.execute(sql, parameters, prepare=True)
-            rows = cursor.fetchall()
-            if not cursor.connection.autocommit:
-                cursor.connection.commit()
+            rows = self._run_on_driver(sql, parameters)
         except psycopg.IntegrityError as error:
-            raw.rollback()
             failure: Exception | None = error
-        except (psycopg.OperationalError, psycopg.InterfaceError) as error:
-            raw.invalidate(error)
-            raise StoreUnavailableError(str(error)) from error
+            rows = []
         else:
             failure = None
-        finally:
-            raw.close()
         if failure is not None or not rows:
             with self._engine.connect() as conn:
                 if failure is None:
@@ -374,6 +353,40 @@ class SqlEventStore(EventStore):
         if len(rows) == 1:
             return [rows[0][0]]
         return [position for position, _ in sorted(rows, key=lambda row: row[1])]
+
+    def _run_on_driver(self, sql: str, parameters: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Run one statement on the pooled driver connection (Postgres), committed; return its rows.
+
+        The hot paths (append, state read) skip SQLAlchemy's Connection and result set-up: they took more
+        client CPU than the statements themselves, and CPU is what 16 writers on 2 cores run out of. An
+        IntegrityError propagates after a rollback; a lost connection is a StoreUnavailableError.
+        """
+        try:
+            raw = self._engine.raw_connection()
+        except psycopg.OperationalError as error:  # raw_connection passes connect errors on unwrapped
+            raise StoreUnavailableError(str(error)) from error
+        try:
+            # One cursor per pooled connection, kept for its life: setting one up costs as much as
+            # adapting the parameters.
+            cursor = raw.info.get(_DRIVER_CURSOR)
+            if cursor is None:
+                driver = raw.driver_connection
+                assert isinstance(driver, psycopg.Connection)
+                cursor = raw.info[_DRIVER_CURSOR] = driver.cursor()
+            # prepare=True: the statement texts are few and fixed, so prepare on first use, not the fifth.
+            cursor.execute(sql, parameters, prepare=True)
+            rows: list[tuple[Any, ...]] = cursor.fetchall()
+            if not cursor.connection.autocommit:
+                cursor.connection.commit()
+            return rows
+        except psycopg.IntegrityError:
+            raw.rollback()
+            raise
+        except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+            raw.invalidate(error)
+            raise StoreUnavailableError(str(error)) from error
+        finally:
+            raw.close()
 
     def _append_one_postgres(
         self,
@@ -404,6 +417,7 @@ class SqlEventStore(EventStore):
                 snapshot.thread_id,
                 snapshot.resource_id,
                 _state_text(snapshot),
+                snapshot.pending_work,
             )
         if message_rows:
             (m,) = message_rows
@@ -683,11 +697,22 @@ class SqlEventStore(EventStore):
 
     # --- projections ---------------------------------------------------------------------------------
 
-    def load_snapshot(self, stream_id: str) -> tuple[JSONDict, int] | None:
-        query = sa.select(records.c.state, records.c.version).where(records.c.stream_id == stream_id)
+    def load_snapshot(self, stream_id: str, *, known_position: int | None = None) -> StoredSnapshot | None:
+        if self._postgres:
+            found = self._run_on_driver(_POSTGRES_SNAPSHOT_SQL, (known_position, stream_id))
+            return StoredSnapshot(*found[0]) if found else None
+        text = sa.cast(records.c.state, sa.Text())
+        state = (
+            text
+            if known_position is None
+            else sa.case((records.c.position == known_position, None), else_=text)
+        )
+        query = sa.select(state.label("state"), records.c.version, records.c.position).where(
+            records.c.stream_id == stream_id
+        )
         with _unavailable_on_connection_errors(), self._engine.connect() as conn:
             row = conn.execute(query).first()
-        return None if row is None else (row.state, row.version)
+        return None if row is None else StoredSnapshot(row.state, row.version, row.position)
 
     def replace_snapshot(self, stream_id: str, snapshot: StateSnapshot, version: int) -> None:
         params = _record_params(stream_id, snapshot, version)
@@ -815,25 +840,9 @@ class SqlEventStore(EventStore):
         return changed
 
     def list_streams_with_pending_work(self, *, after: str = "", limit: int = 500) -> list[str]:
-        # The projection holds the whole record state; only records with chunks or a cycle in flight can
-        # need an idle activation or a stuck-cycle recovery.
-        if self._postgres:
-            pending = sa.text(
-                "(jsonb_array_length(coalesce(om_records.state->'chunks', '[]'::jsonb)) > 0"
-                " OR coalesce(om_records.state->'buffer_in_flight', 'null'::jsonb) <> 'null'::jsonb"
-                " OR coalesce(om_records.state->'sync_in_flight', 'null'::jsonb) <> 'null'::jsonb"
-                " OR coalesce(om_records.state->'reflection_in_flight', 'null'::jsonb) <> 'null'::jsonb)"
-            )
-        else:
-            pending = sa.text(
-                "(coalesce(json_array_length(json_extract(om_records.state, '$.chunks')), 0) > 0"
-                " OR json_extract(om_records.state, '$.buffer_in_flight') IS NOT NULL"
-                " OR json_extract(om_records.state, '$.sync_in_flight') IS NOT NULL"
-                " OR json_extract(om_records.state, '$.reflection_in_flight') IS NOT NULL)"
-            )
         query = (
             sa.select(records.c.stream_id)
-            .where(records.c.stream_id > after, pending)
+            .where(records.c.stream_id > after, records.c.pending_work)
             .order_by(records.c.stream_id)
             .limit(limit)
         )
@@ -981,17 +990,40 @@ def _record_params(stream_id: str, snapshot: StateSnapshot, version: int) -> dic
         "resource_id": snapshot.resource_id,
         "last_version": version,
         "state": _state_text(snapshot),
+        "pending_work": snapshot.pending_work,
     }
 
 
-_RECORD_COLUMNS = ("stream_id", "tenant", "thread_id", "resource_id", "version", "state", "updated_at")
+_RECORD_COLUMNS = (
+    "stream_id",
+    "tenant",
+    "thread_id",
+    "resource_id",
+    "version",
+    "state",
+    "updated_at",
+    "position",
+    "pending_work",
+)
 _RECORD_UPDATED = _RECORD_COLUMNS[1:]
 
 
 def _upsert_record(
-    insert: Callable[[sa.Table], Any], state: sa.ColumnElement[Any], condition: sa.ColumnElement[bool]
+    insert: Callable[[sa.Table], Any],
+    state: sa.ColumnElement[Any],
+    condition: sa.ColumnElement[bool],
+    position: sa.ColumnElement[int] | None = None,
 ) -> sa.Insert:
-    """The inline projection written as of ``last_version``; replaces whatever the row held."""
+    """The inline projection written as of ``last_version``; replaces whatever the row held.
+
+    ``position`` defaults to the stream's last stored event, which is right once the events are in.
+    """
+    if position is None:
+        position = (
+            sa.select(sa.func.coalesce(sa.func.max(events.c.global_position), 0))
+            .where(events.c.stream_id == sa.bindparam("stream_id", type_=sa.Text()))
+            .scalar_subquery()
+        )
     source = sa.select(
         sa.bindparam("stream_id", type_=sa.Text()),
         sa.bindparam("tenant", type_=sa.Text()),
@@ -1000,6 +1032,8 @@ def _upsert_record(
         sa.bindparam("last_version", type_=sa.BigInteger()),
         state,
         schema.UtcNow(),
+        position,
+        sa.bindparam("pending_work", type_=sa.Boolean()),
     ).where(condition)
     statement = insert(records).from_select(list(_RECORD_COLUMNS), source)
     upsert: sa.Insert = statement.on_conflict_do_update(
@@ -1024,7 +1058,7 @@ def _sqlite_upsert_record() -> sa.Insert:
 
 
 def _postgres_upsert_record() -> sa.Insert:
-    return _upsert_record(postgresql.insert, sa.cast(_state_param(), postgresql.JSONB()), sa.true())
+    return _upsert_record(postgresql.insert, sa.cast(_state_param(), postgresql.JSON()), sa.true())
 
 
 def _sqlite_insert_tasks() -> sa.Insert:
@@ -1090,7 +1124,12 @@ def _postgres_append_statement(with_snapshot: bool, with_messages: bool, with_ta
 
     if with_snapshot:
         dependent.append(
-            _upsert_record(postgresql.insert, sa.cast(_state_param(), jsonb), appended).cte("rec")
+            _upsert_record(
+                postgresql.insert,
+                sa.cast(_state_param(), postgresql.JSON()),
+                appended,
+                sa.select(sa.func.max(inserted.c.global_position)).scalar_subquery(),
+            ).cte("rec")
         )
 
     if with_messages:
@@ -1171,10 +1210,17 @@ def _tasks_document(tasks: Sequence[TaskRequest]) -> str:
     )
 
 
+# Read on every request: a position equal to the caller's means it holds that state already (a NULL
+# position compares as unknown, so the document comes back).
+_POSTGRES_SNAPSHOT_SQL = (
+    "SELECT CASE WHEN position = %s::bigint THEN NULL ELSE state::text END, version, position"
+    " FROM om_records WHERE stream_id = %s::text"
+)
+
 _RECORD_UPSERT_SET = (
     "ON CONFLICT (stream_id) DO UPDATE SET tenant = excluded.tenant, thread_id = excluded.thread_id,"
     " resource_id = excluded.resource_id, version = excluded.version, state = excluded.state,"
-    " updated_at = excluded.updated_at"
+    " updated_at = excluded.updated_at, position = excluded.position, pending_work = excluded.pending_work"
 )
 
 
@@ -1184,10 +1230,11 @@ def _postgres_append_one_sql(with_snapshot: bool, with_message: bool, with_tasks
 
     stream id, new version, event id, type, schema version, data and metadata (JSON text), then expected
     version, stream id and expected version again for the check; then, with a snapshot, its tenant,
-    thread id, resource id and state (JSON text); then, with a message row, its id, seq, tenant, thread id,
-    resource id, role, created at, tokens, content hash, message (JSON text) and search text; then, with
-    tasks, the JSON document of the outbox rows. Every parameter carries an explicit cast, so the statement
-    is the same whatever Python type psycopg picks for a value (int2/int4/int8, NULL).
+    thread id, resource id, state (JSON text) and whether work is pending; then, with a message row, its
+    id, seq, tenant, thread id, resource id, role, created at, tokens, content hash, message (JSON text)
+    and search text; then, with tasks, the JSON document of the outbox rows. Every parameter carries an
+    explicit cast, so the statement is the same whatever Python type psycopg picks for a value (int2/int4/
+    int8, NULL).
 
     The compare-and-set: version ``expected`` must exist (a gap is a conflict too), and the unique
     ``(stream_id, stream_version)`` key refuses ``expected + 1`` if someone else wrote it meanwhile. The
@@ -1205,9 +1252,9 @@ def _postgres_append_one_sql(with_snapshot: bool, with_message: bool, with_tasks
     if with_snapshot:
         parts.append(
             ", rec AS (INSERT INTO om_records"
-            " (stream_id, tenant, thread_id, resource_id, version, state, updated_at)"
-            " SELECT ev.stream_id, %s::text, %s::text, %s::text, ev.stream_version, %s::jsonb, now()"
-            " FROM ev " + _RECORD_UPSERT_SET + ")"
+            " (stream_id, tenant, thread_id, resource_id, version, state, updated_at, position, pending_work)"
+            " SELECT ev.stream_id, %s::text, %s::text, %s::text, ev.stream_version, %s::json, now(),"
+            " ev.global_position, %s::boolean FROM ev " + _RECORD_UPSERT_SET + ")"
         )
     if with_message:
         parts.append(

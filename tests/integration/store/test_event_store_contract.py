@@ -69,8 +69,23 @@ def message_event(
     )
 
 
-def snapshot(**state: Any) -> StateSnapshot:
-    return StateSnapshot(state=state or {"k": 1}, tenant="acme", thread_id="th-1", resource_id="res-1")
+def snapshot(pending_work: bool = False, **state: Any) -> StateSnapshot:
+    return StateSnapshot(
+        state=state or {"k": 1},
+        tenant="acme",
+        thread_id="th-1",
+        resource_id="res-1",
+        pending_work=pending_work,
+    )
+
+
+def stored_state(store: SqlEventStore, stream: str) -> tuple[dict[str, Any], int] | None:
+    """The stored projection as (document, version)."""
+    loaded = store.load_snapshot(stream)
+    if loaded is None:
+        return None
+    assert loaded.state is not None
+    return json.loads(loaded.state), loaded.version
 
 
 def task(key: str) -> TaskRequest:
@@ -154,7 +169,7 @@ class EventStoreContract:
         store.append(stream, [event(1)], 0, snapshot=snapshot(v=1), tasks=[task(f"{stream}/a")])
         before = (
             store.read_stream(stream),
-            store.load_snapshot(stream),
+            stored_state(store, stream),
             store.find_messages(stream, ["m-new"]),
             len(self.outbox_rows(store, stream)),
         )
@@ -170,7 +185,7 @@ class EventStoreContract:
 
         after = (
             store.read_stream(stream),
-            store.load_snapshot(stream),
+            stored_state(store, stream),
             store.find_messages(stream, ["m-new"]),
             len(self.outbox_rows(store, stream)),
         )
@@ -309,11 +324,41 @@ class EventStoreContract:
     def test_snapshot_is_written_with_the_version_of_its_append(self, store: SqlEventStore) -> None:
         stream = new_stream()
         store.append(stream, [event(1), event(2)], 0, snapshot=snapshot(step=1))
-        assert store.load_snapshot(stream) == ({"step": 1}, 2)
+        assert stored_state(store, stream) == ({"step": 1}, 2)
         store.append(stream, [event(3)], 2)
-        assert store.load_snapshot(stream) == ({"step": 1}, 2)
+        assert stored_state(store, stream) == ({"step": 1}, 2)
         store.append(stream, [event(4)], 3, snapshot=snapshot(step=2))
-        assert store.load_snapshot(stream) == ({"step": 2}, 4)
+        assert stored_state(store, stream) == ({"step": 2}, 4)
+
+    def test_snapshot_names_the_position_of_its_last_event(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        one = store.append(stream, [message_event("m1")], 0, snapshot=snapshot(step=1))
+        loaded = store.load_snapshot(stream)
+        assert loaded is not None and loaded.position == one.global_positions[-1]
+        many = store.append(stream, [event(2), message_event("m2")], 1, snapshot=snapshot(step=2))
+        loaded = store.load_snapshot(stream)
+        assert loaded is not None and (loaded.version, loaded.position) == (3, many.global_positions[-1])
+
+    def test_a_reader_holding_the_current_position_gets_no_document(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        first = store.append(stream, [event(1)], 0, snapshot=snapshot(step=1))
+        position = first.global_positions[-1]
+        unchanged = store.load_snapshot(stream, known_position=position)
+        assert unchanged is not None and unchanged.state is None
+        assert (unchanged.version, unchanged.position) == (1, position)
+        store.append(stream, [event(2)], 1, snapshot=snapshot(step=2))
+        changed = store.load_snapshot(stream, known_position=position)
+        assert changed is not None and changed.state is not None
+        assert json.loads(changed.state) == {"step": 2} and changed.position > position
+
+    def test_a_recreated_stream_never_repeats_a_position(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        old = store.append(stream, [event(1)], 0, snapshot=snapshot(life=1)).global_positions[-1]
+        store.delete_stream(stream)
+        store.append(stream, [event(1)], 0, snapshot=snapshot(life=2))
+        loaded = store.load_snapshot(stream, known_position=old)
+        assert loaded is not None and loaded.version == 1 and loaded.position > old
+        assert loaded.state is not None and json.loads(loaded.state) == {"life": 2}
 
     def test_snapshot_json_round_trips_byte_identical_under_sort_keys(self, store: SqlEventStore) -> None:
         stream = new_stream()
@@ -329,19 +374,21 @@ class EventStoreContract:
             "false": False,
         }
         store.append(stream, [event(1)], 0, snapshot=snapshot(**state))
-        loaded = store.load_snapshot(stream)
+        loaded = stored_state(store, stream)
         assert loaded is not None
         assert json.dumps(loaded[0], sort_keys=True) == json.dumps(state, sort_keys=True)
         assert type(loaded[0]["whole_float"]) is float
 
     def test_replace_snapshot_overwrites_the_projection(self, store: SqlEventStore) -> None:
         stream = new_stream()
-        store.append(stream, [event(1), event(2)], 0, snapshot=snapshot(old=True))
+        appended = store.append(stream, [event(1), event(2)], 0, snapshot=snapshot(old=True))
         store.replace_snapshot(stream, snapshot(rebuilt=True), 2)
-        assert store.load_snapshot(stream) == ({"rebuilt": True}, 2)
+        assert stored_state(store, stream) == ({"rebuilt": True}, 2)
+        loaded = store.load_snapshot(stream)
+        assert loaded is not None and loaded.position == appended.global_positions[-1]
         fresh = new_stream()
         store.replace_snapshot(fresh, snapshot(rebuilt=True), 0)
-        assert store.load_snapshot(fresh) == ({"rebuilt": True}, 0)
+        assert stored_state(store, fresh) == ({"rebuilt": True}, 0)
 
     # --- outbox ----------------------------------------------------------------------------------------
 
@@ -383,11 +430,15 @@ class EventStoreContract:
     def test_streams_with_pending_work_are_listed_from_the_projection(self, store: SqlEventStore) -> None:
         tenant = f"t{uuid.uuid4().hex[:8]}"
         idle, chunks, cycle = (f"{tenant}/thread/{name}" for name in ("idle", "chunks", "cycle"))
-        store.append(idle, [event(1)], 0, snapshot=snapshot(chunks=[], buffer_in_flight=None))
-        store.append(chunks, [event(1)], 0, snapshot=snapshot(chunks=[{"id": "c1"}]))
-        store.append(cycle, [event(1)], 0, snapshot=snapshot(chunks=[], sync_in_flight={"cycle_id": "x"}))
+        store.append(idle, [event(1)], 0, snapshot=snapshot(chunks=[]))
+        store.append(chunks, [event(1)], 0, snapshot=snapshot(pending_work=True, chunks=[{"id": "c1"}]))
+        store.append(cycle, [event(1), event(2)], 0, snapshot=snapshot(pending_work=True, step=1))
         pending = store.list_streams_with_pending_work(after=f"{tenant}/", limit=1000)
         assert [s for s in pending if s.startswith(f"{tenant}/")] == [chunks, cycle]
+        store.append(cycle, [event(3)], 2, snapshot=snapshot(step=2))
+        store.replace_snapshot(idle, snapshot(pending_work=True, step=3), 1)
+        pending = store.list_streams_with_pending_work(after=f"{tenant}/", limit=1000)
+        assert [s for s in pending if s.startswith(f"{tenant}/")] == [chunks, idle]
 
     # --- reading ---------------------------------------------------------------------------------------
 
@@ -532,7 +583,7 @@ class EventStoreContract:
                 thread.join()
             assert sorted(outcomes) == ["conflict", "ok"]
             assert store.stream_version(stream) == 2
-            state = store.load_snapshot(stream)
+            state = stored_state(store, stream)
             assert state is not None and state[1] == 2
             assert state[0]["writer"] == store.read_stream(stream)[-1].data["n"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +12,10 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
+from alembic import command
 from om_core.adapters.store.migrations import (
     REPO_ROOT,
+    alembic_config,
     current_revision,
     downgrade_to_base,
     upgrade_to_head,
@@ -63,7 +66,7 @@ def test_alembic_cli_upgrades_an_empty_postgres_database_and_downgrades_it(empty
     assert table_names(empty_postgres_url) == set()
     alembic("upgrade", "head")
     assert table_names(empty_postgres_url) == TABLES
-    assert current_revision(empty_postgres_url) == "0001"
+    assert current_revision(empty_postgres_url) == "0002"
     assert schema_differences(empty_postgres_url) == []
     alembic("downgrade", "base")
     assert table_names(empty_postgres_url) == set()
@@ -80,4 +83,57 @@ def test_sqlite_upgrade_downgrade_and_models_match(tmp_path: Path) -> None:
     downgrade_to_base(url)
     assert table_names(url) == set()
     upgrade_to_head(url)
-    assert current_revision(url) == "0001"
+    assert current_revision(url) == "0002"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
+def test_0002_keeps_existing_records_and_backfills_their_position_and_pending_work(
+    backend: str, empty_postgres_url: str, tmp_path: Path
+) -> None:
+    url = empty_postgres_url if backend == "postgres" else f"sqlite:///{tmp_path / 'om.db'}"
+    command.upgrade(alembic_config(url), "0001")
+    uuid_value = "00000000-0000-0000-0000-00000000000{}"
+    states = {
+        "t/thread/busy": '{"stream_id": "t/thread/busy", "chunks": [{"cycle_id": "c"}]}',
+        "t/thread/idle": '{"stream_id": "t/thread/idle", "chunks": [], "sync_in_flight": null}',
+    }
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            for n, stream in enumerate(["t/thread/busy", "t/thread/idle", "t/thread/busy"], start=1):
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO om_events (stream_id, stream_version, event_id, event_type,"
+                        " schema_version, data, metadata) VALUES (:s, :v, :id, 'Noted', 1, '{}', '{}')"
+                    ),
+                    {"s": stream, "v": 1 if n < 3 else 2, "id": uuid_value.format(n)},
+                )
+            for stream, state in states.items():
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO om_records (stream_id, tenant, version, state)"
+                        " VALUES (:s, 't', 1, :state)"
+                    ),
+                    {"s": stream, "state": state},
+                )
+        upgrade_to_head(url)
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT stream_id, position, pending_work, CAST(state AS TEXT) AS state FROM om_records"
+                    " ORDER BY stream_id"
+                )
+            ).all()
+        assert [(r.stream_id, r.position, bool(r.pending_work)) for r in rows] == [
+            ("t/thread/busy", 3, True),
+            ("t/thread/idle", 2, False),
+        ]
+        for row in rows:
+            assert json.loads(row.state) == json.loads(states[row.stream_id])
+        command.downgrade(alembic_config(url), "0001")
+        with engine.connect() as conn:
+            kept = conn.execute(sa.text("SELECT count(*) FROM om_records")).scalar_one()
+        assert kept == 2
+    finally:
+        engine.dispose()

@@ -1,0 +1,72 @@
+"""Records name the event they are as of, say whether work is pending, and keep their state as JSON text.
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-30
+
+- ``position``: the global position of the last event a record's state covers. A process that holds the
+  state of that position reads one small row instead of the whole document (om_core/application/
+  state_cache.py).
+- ``pending_work``: chunks waiting or a cycle in flight, written with the state, so the idle sweep and the
+  stuck-cycle recovery find their records through a partial index instead of parsing every state.
+- ``state`` becomes ``json`` on Postgres: the record is written on every append and read whole, never
+  queried inside, and ``jsonb`` made the server parse it on the way in and rebuild its text on the way out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0002"
+down_revision: str | None = "0001"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+_PENDING_POSTGRES = (
+    "jsonb_array_length(coalesce(state->'chunks', '[]'::jsonb)) > 0"
+    " OR coalesce(state->'buffer_in_flight', 'null'::jsonb) <> 'null'::jsonb"
+    " OR coalesce(state->'sync_in_flight', 'null'::jsonb) <> 'null'::jsonb"
+    " OR coalesce(state->'reflection_in_flight', 'null'::jsonb) <> 'null'::jsonb"
+)
+_PENDING_SQLITE = (
+    "coalesce(json_array_length(json_extract(state, '$.chunks')), 0) > 0"
+    " OR json_extract(state, '$.buffer_in_flight') IS NOT NULL"
+    " OR json_extract(state, '$.sync_in_flight') IS NOT NULL"
+    " OR json_extract(state, '$.reflection_in_flight') IS NOT NULL"
+)
+_LAST_POSITION = (
+    "coalesce((SELECT max(e.global_position) FROM om_events e WHERE e.stream_id = om_records.stream_id), 0)"
+)
+
+
+def upgrade() -> None:
+    pg = op.get_bind().dialect.name == "postgresql"
+    with op.batch_alter_table("om_records") as batch:
+        batch.add_column(sa.Column("position", sa.BigInteger(), nullable=False, server_default="0"))
+        batch.add_column(
+            sa.Column("pending_work", sa.Boolean(), nullable=False, server_default=sa.false())
+        )
+    pending = _PENDING_POSTGRES if pg else _PENDING_SQLITE
+    op.execute(f"UPDATE om_records SET position = {_LAST_POSITION}, pending_work = ({pending})")
+    if pg:
+        op.execute("ALTER TABLE om_records ALTER COLUMN state TYPE json USING state::json")
+    op.create_index(
+        "ix_om_records_pending_work",
+        "om_records",
+        ["stream_id"],
+        postgresql_where=sa.text("pending_work"),
+        sqlite_where=sa.text("pending_work"),
+    )
+
+
+def downgrade() -> None:
+    pg = op.get_bind().dialect.name == "postgresql"
+    op.drop_index("ix_om_records_pending_work", table_name="om_records")
+    if pg:
+        op.execute("ALTER TABLE om_records ALTER COLUMN state TYPE jsonb USING state::jsonb")
+    with op.batch_alter_table("om_records") as batch:
+        batch.drop_column("pending_work")
+        batch.drop_column("position")

@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from om_core.domain.events import (
     ChunksActivated,
@@ -203,12 +203,25 @@ class RecordState(_Model):
 
     # --- derived quantities (pure reads) -------------------------------------------------------------
 
+    # (the window list summed, its length then, the sum): the policy asks for P several times per decision
+    _window_tokens: tuple[list[WindowMessage], int, int] | None = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        # the fields are the state; the memo above is not
+        return isinstance(other, RecordState) and self.__dict__ == other.__dict__
+
     @property
     def pending_tokens(self) -> int:
         """P: tokens of the unobserved messages still in the window, with the conversation overhead."""
         if not self.window:
             return 0
-        return CONVERSATION_OVERHEAD_TOKENS + sum(m.tokens for m in self.window)
+        # the fold only appends to the window or replaces the list, so the same list at the same length
+        # holds the same messages
+        memo = self._window_tokens
+        if memo is None or memo[0] is not self.window or memo[1] != len(self.window):
+            memo = (self.window, len(self.window), sum(m.tokens for m in self.window))
+            self._window_tokens = memo
+        return CONVERSATION_OVERHEAD_TOKENS + memo[2]
 
     @property
     def last_seq(self) -> int:

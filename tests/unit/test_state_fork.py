@@ -105,3 +105,27 @@ def test_a_fork_equals_its_original() -> None:
     original = busy_state()
     assert original.fork() == original
     assert original.fork().model_dump_json() == original.model_dump_json()
+
+
+def test_pending_tokens_follow_every_change_of_the_window() -> None:
+    state = busy_state()
+    before = state.pending_tokens
+    assert before == 24 + sum(m.tokens for m in state.window)
+    fork = state.fork()
+    evolve(fork, [message(6, 77)])
+    assert fork.pending_tokens == before + 77 and state.pending_tokens == before
+    evolve(
+        fork,
+        [
+            ChunksActivated(
+                cycle_ids=["c2"],
+                through_seq=3,
+                message_tokens=100,
+                observation_tokens=50,
+                triggered_by="threshold",
+                activated_at=format_time(NOW),
+            )
+        ],
+    )
+    assert fork.pending_tokens == 24 + sum(m.tokens for m in fork.window)
+    assert fork == fork.fork(), "equality is over the fields, whatever was memoised"

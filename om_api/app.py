@@ -20,6 +20,7 @@ from om_api import errors
 from om_api.auth import KeyRing
 from om_api.errors import ApiError, error_body
 from om_api.queries import engine_of
+from om_api.rate_limit import TenantRateLimiter
 from om_api.routes import system, threads
 from om_core.application.records import Deps
 from om_core.settings import ServerSettings
@@ -191,6 +192,9 @@ def create_app(
     except RuntimeError:
         engine = None
     app.state.keyring = KeyRing(settings.api_keys, engine)
+    app.state.rate_limiter = (
+        TenantRateLimiter(settings.rate_limit, settings.rate_limit_burst) if settings.rate_limit > 0 else None
+    )
     app.state.metrics = Metrics()
     app.state.sse_poll_interval = sse_poll_interval
     app.state.sse_heartbeat_interval = sse_heartbeat_interval

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
 import threading
 import time
@@ -21,6 +22,7 @@ from fastapi import Depends, Request
 from sqlalchemy.engine import Engine
 
 from om_api.errors import ApiError
+from om_api.rate_limit import TenantRateLimiter
 from om_core.adapters.store.schema import api_keys
 
 KEY_PREFIX = "om_"
@@ -91,7 +93,24 @@ def _unauthorized(message: str) -> ApiError:
 
 
 def current_tenant(request: Request) -> str:
-    """The tenant of the request's bearer key (``default`` when auth is disabled on loopback)."""
+    """The tenant of the request's bearer key (``default`` when auth is disabled on loopback), once it is
+    within its rate limit."""
+    tenant = _authenticated_tenant(request)
+    limiter: TenantRateLimiter | None = request.app.state.rate_limiter
+    if limiter is not None:
+        wait = limiter.admit(tenant)
+        if wait is not None:
+            raise ApiError(
+                429,
+                "rate_limited",
+                f"over the limit of {limiter.rate:g} requests per second for this tenant; retry later",
+                {"retry_after_s": round(wait, 3)},
+                headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            )
+    return tenant
+
+
+def _authenticated_tenant(request: Request) -> str:
     state = request.app.state
     if not state.settings.auth_enabled:
         return DEV_TENANT

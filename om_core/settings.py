@@ -121,6 +121,9 @@ class ServerSettings(BaseSettings):
     sync_wait_seconds: float = Field(default=10.0, ge=0)
     # record states a process keeps parsed between requests (om_core/application/state_cache.py)
     state_cache_size: int = Field(default=256, ge=0)
+    # requests per second per tenant, in each API process (0: no limit); burst 0 means two seconds' worth
+    rate_limit: float = Field(default=0.0, ge=0)
+    rate_limit_burst: int = Field(default=0, ge=0)
     flower_user: str | None = None
     flower_password: SecretStr | None = None
     host: str = "127.0.0.1"

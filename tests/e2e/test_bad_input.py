@@ -316,3 +316,31 @@ def test_unicode_text_is_accepted(small: Any) -> None:
     assert json.dumps(ctx["messages"][0]["parts"][0]["text"], ensure_ascii=False) == json.dumps(
         text, ensure_ascii=False
     )
+
+
+def test_a_tenant_over_its_rate_limit_gets_429_and_stores_nothing(pg_url: str) -> None:
+    app, deps, dispatcher = build(pg_url, rate_limit=0.5, rate_limit_burst=2)
+    try:
+        with TestClient(app, raise_server_exceptions=False) as client:
+            thread = "rate-limited"
+            sent = [
+                client.post(
+                    f"/v1/threads/{thread}/messages",
+                    json={"messages": [{**OK_MESSAGE, "id": f"r{i}"}]},
+                    headers=AUTH_A,
+                )
+                for i in range(3)
+            ]
+            assert [r.status_code for r in sent] == [200, 200, 429]
+            refused = sent[2]
+            assert refused.json()["error"]["code"] == "rate_limited"
+            assert int(refused.headers["Retry-After"]) >= 1
+            assert refused.json()["error"]["details"]["retry_after_s"] > 0
+            # another tenant has its own allowance; the refused message was not stored
+            assert client.get("/v1/threads", headers=AUTH_B).status_code == 200
+            events = client.get(f"/v1/threads/{thread}/events", headers=AUTH_A)
+            assert events.status_code == 429
+        stored = deps.store.find_messages(f"alpha/thread/{thread}", ["r0", "r1", "r2"])
+        assert sorted(stored) == ["r0", "r1"]
+    finally:
+        dispatcher.close()

@@ -141,6 +141,11 @@ class MetricsMiddleware:
                 self.metrics.latency.labels(method, name).observe(time.perf_counter() - started)
 
 
+def app_from_environment() -> FastAPI:
+    """The app of one ``om serve --workers N`` process, configured by the OM_* environment."""
+    return create_app(ServerSettings())
+
+
 def _default_deps(settings: ServerSettings, owned: list[Callable[[], None]]) -> Deps:
     """A real broker: model work is published to the Celery workers. ``memory://``: an in-process Celery
     worker runs the same tasks (the embedded mode), so nothing else has to be running."""

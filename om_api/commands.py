@@ -7,6 +7,7 @@ imports stay inside the verbs so ``om --help`` stays fast.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -65,13 +66,20 @@ def serve(
         settings = settings.model_copy(update={"broker_url": "memory://"})
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
         return
-    app = create_app(settings)
+    if workers == 1:
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+        return
+    # uvicorn starts each worker process afresh: each builds its own app from the OM_* environment, so the
+    # options given here are passed on through it
+    if database_url is not None:
+        os.environ["OM_DATABASE_URL"] = database_url
     uvicorn.run(
-        app,
+        "om_api.app:app_from_environment",
+        factory=True,
         host=settings.host,
         port=settings.port,
         log_level="info",
-        workers=None if workers == 1 else workers,
+        workers=workers,
     )
 
 

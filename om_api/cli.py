@@ -75,6 +75,31 @@ def projections_rebuild(
         raise typer.Exit(1)
 
 
+@projections_app.command("reindex")
+def projections_reindex(
+    database_url: Annotated[str | None, typer.Option(envvar="OM_DATABASE_URL")] = None,
+    prefix: Annotated[str, typer.Option(help="Only streams whose id starts with this.")] = "",
+) -> None:
+    """Embed every recorded observation's groups again into the vector index (retrieval vector: true),
+    with the profile's embedder: after enabling vectors on existing records or changing the embedder."""
+    from dataclasses import asdict
+
+    from om_core.application.vector_index import reindex_observations
+    from om_core.bootstrap import build_inline
+    from om_core.settings import read_profile
+
+    settings = _settings()
+    profile = read_profile(settings.profile) if settings.profile else {}
+    deps, dispatcher = build_inline(
+        database_url=database_url or settings.database_url, profile=profile, migrate=False
+    )
+    try:
+        report = reindex_observations(deps, prefix=prefix)
+    finally:
+        dispatcher.close()
+    typer.echo(json.dumps(asdict(report), indent=2))
+
+
 @app.command()
 def replay(
     thread: Annotated[str, typer.Argument(help="Thread id (or a full stream id tenant/thread/ID).")],

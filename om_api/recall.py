@@ -23,6 +23,7 @@ from om_api import queries
 from om_api.errors import ApiError
 from om_core.application.ports import EventStore, StoredMessage
 from om_core.application.records import thread_stream_id
+from om_core.application.vector_index import GroupHit
 
 MAX_PAGE = 50
 MAX_LIMIT = 20
@@ -98,7 +99,9 @@ RECALL_DESCRIPTION = (
     "as `cursor`; page forward (page 1, 2, …) or backward (page -1, -2, …) from it. `detail: low` (default) "
     "shows every part truncated with a hint; `detail: high` shows one part at a time; `partIndex` fetches "
     "one part of the cursor message in full, continued with `charOffset`. `mode: threads` lists "
-    "conversations (filter with `before`/`after`); `mode: search` finds messages by words (`query`)."
+    "conversations (filter with `before`/`after`); `mode: search` finds what was said (`query`): by "
+    "meaning among the observation groups when the memory keeps a vector index, else messages by words; "
+    "each result's `cursor` is where `mode: messages` reads the originals."
 )
 
 
@@ -108,7 +111,7 @@ def tool_schema() -> dict[str, Any]:
         "type": "object",
         "properties": {
             "mode": {"type": "string", "enum": ["messages", "threads", "search"], "default": "messages"},
-            "query": {"type": "string", "description": "search mode: the words to look for"},
+            "query": {"type": "string", "description": "search mode: what to look for"},
             "cursor": {"type": "string", "description": "a message id (not a start:end range)"},
             "threadId": {"type": "string", "description": "another thread of this resource, or 'current'"},
             "anchor": {"type": "string", "enum": ["start", "end"], "default": "start"},
@@ -261,11 +264,24 @@ def _render_low(messages: list[StoredMessage], q: RecallQuery, count: CountToken
 # --- the modes --------------------------------------------------------------------------------------------
 
 
+# the vector index's search (query, top k), when the record's retrieval has ``vector: true``
+SemanticSearch = Callable[[str, int], list[GroupHit]]
+
+
 def recall(
-    store: EventStore, *, tenant: str, thread_id: str, q: RecallQuery, count: CountTokens, scope: str
+    store: EventStore,
+    *,
+    tenant: str,
+    thread_id: str,
+    q: RecallQuery,
+    count: CountTokens,
+    scope: str,
+    semantic: SemanticSearch | None = None,
 ) -> dict[str, Any]:
     if q.mode == "threads":
         return _threads(store, tenant, thread_id, q, scope)
+    if q.mode == "search" and semantic is not None:
+        return _semantic_search(thread_id, q, semantic)
     if q.mode == "search":
         return _search(store, tenant, thread_id, q, scope)
     return _messages(store, tenant, thread_id, q, count, scope)
@@ -460,6 +476,36 @@ def _threads(store: EventStore, tenant: str, thread_id: str, q: RecallQuery, sco
             }
             for r in rows[:limit]
         ],
+    }
+
+
+def _semantic_search(thread_id: str, q: RecallQuery, semantic: SemanticSearch) -> dict[str, Any]:
+    """Observation groups ranked by meaning, grouped by thread; each result's cursor is the first message
+    of its range, which ``mode: messages`` pages from."""
+    if not q.query or not q.query.strip():
+        raise ApiError(422, "query_required", "search mode needs a non-empty query")
+    top_k = normalize_limit(q.limit, SEARCH_DEFAULT_TOP_K, SEARCH_MAX_TOP_K)
+    groups: dict[str, dict[str, Any]] = {}
+    for hit in semantic(q.query, top_k):
+        found = hit.group
+        tid = found.thread_id or ""
+        group = groups.setdefault(tid, {"threadId": tid, "current": tid == thread_id, "results": []})
+        group["results"].append(
+            {
+                "cursor": found.range_start,
+                "range": f"{found.range_start}:{found.range_end}",
+                "groupId": found.group_id,
+                "observedAt": found.observed_at,
+                "score": round(hit.score, 6),
+                "preview": found.text[:300],
+            }
+        )
+    return {
+        "mode": "search",
+        "query": q.query,
+        "topK": top_k,
+        "engine": "vector",
+        "threads": list(groups.values()),
     }
 
 

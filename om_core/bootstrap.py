@@ -74,7 +74,7 @@ def model_gateway_for(profile: Mapping[str, Any] | None) -> LiteLLMGateway:
 
 
 def configured_models(config: MemoryConfig) -> list[str]:
-    """Every model the profile can call: each role's model, every ModelByInputTokens tier."""
+    """Every model the profile can call: each role's model, every ModelByInputTokens tier, the embedder."""
     found: list[str] = []
     for spec in (config.model, config.observation.model, config.reflection.model):
         if isinstance(spec, ModelByInputTokens):
@@ -84,6 +84,8 @@ def configured_models(config: MemoryConfig) -> list[str]:
     found = [DEFAULT_MODEL if model == "default" else model for model in found]
     if config.model is None and config.observation.model is None and config.reflection.model is None:
         found.append(DEFAULT_MODEL)
+    if config.retrieval is not None and config.retrieval.vector:
+        found.append(config.retrieval.embedder)
     return list(dict.fromkeys(found))
 
 

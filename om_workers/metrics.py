@@ -28,6 +28,8 @@ from prometheus_client import (
 from om_core.application.ports import (
     ConcurrencyError,
     DuplicateEventError,
+    EmbeddingRequest,
+    EmbeddingResponse,
     EventStore,
     ModelGateway,
     ModelRequest,
@@ -37,6 +39,7 @@ from om_core.application.ports import (
 )
 from om_core.domain.envelope import (
     AppendResult,
+    IndexedGroup,
     NewEvent,
     RecordedEvent,
     StateSnapshot,
@@ -92,6 +95,9 @@ def observe_queue_lag(queue: str, published_at: float | None) -> None:
         QUEUE_LAG.labels(queue=queue).observe(max(0.0, time.time() - published_at))
 
 
+EMBEDDING_PURPOSE = "embedding"
+
+
 class MeteredModelGateway(ModelGateway):
     """Times every model call (the latency includes the gateway's own retries: what the task waited)."""
 
@@ -107,6 +113,16 @@ class MeteredModelGateway(ModelGateway):
             raise
         finally:
             MODEL_SECONDS.labels(purpose=request.purpose).observe(time.perf_counter() - started)
+
+    def embed(self, request: EmbeddingRequest) -> EmbeddingResponse:
+        started = time.perf_counter()
+        try:
+            return self._inner.embed(request)
+        except Exception:
+            MODEL_ERRORS.labels(purpose=EMBEDDING_PURPOSE).inc()
+            raise
+        finally:
+            MODEL_SECONDS.labels(purpose=EMBEDDING_PURPOSE).observe(time.perf_counter() - started)
 
 
 class MeteredEventStore(EventStore):
@@ -197,3 +213,11 @@ class MeteredEventStore(EventStore):
 
     def list_streams_with_pending_work(self, *, after: str = "", limit: int = 500) -> list[str]:
         return self.inner.list_streams_with_pending_work(after=after, limit=limit)
+
+    def upsert_indexed_groups(self, groups: Sequence[IndexedGroup]) -> None:
+        self.inner.upsert_indexed_groups(groups)
+
+    def load_indexed_groups(
+        self, tenant: str, *, stream_ids: Sequence[str] = (), resource_id: str | None = None
+    ) -> list[IndexedGroup]:
+        return self.inner.load_indexed_groups(tenant, stream_ids=stream_ids, resource_id=resource_id)

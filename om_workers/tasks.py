@@ -19,7 +19,13 @@ from celery.signals import worker_init, worker_process_init
 from sqlalchemy.exc import OperationalError
 
 from om_core.application.ports import StoreUnavailableError
-from om_core.application.records import TASK_OBSERVE_BUFFER, TASK_OBSERVE_SYNC, TASK_REFLECT, Deps
+from om_core.application.records import (
+    TASK_INDEX_OBSERVATIONS,
+    TASK_OBSERVE_BUFFER,
+    TASK_OBSERVE_SYNC,
+    TASK_REFLECT,
+    Deps,
+)
 from om_core.application.work import run_task
 from om_core.settings import ServerSettings, read_profile
 from om_workers import metrics
@@ -161,6 +167,12 @@ def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
     @app.task(name=TASK_REFLECT, **retry_options)  # type: ignore[untyped-decorator]
     def reflect(self: Task, stream_id: str, cycle_id: str, published_at: float | None = None) -> str:
         return run(self, TASK_REFLECT, stream_id, cycle_id, published_at)
+
+    @app.task(name=TASK_INDEX_OBSERVATIONS, **retry_options)  # type: ignore[untyped-decorator]
+    def index_observations(
+        self: Task, stream_id: str, cycle_id: str, published_at: float | None = None
+    ) -> str:
+        return run(self, TASK_INDEX_OBSERVATIONS, stream_id, cycle_id, published_at)
 
     @app.task(name=TASK_RELAY_OUTBOX, ignore_result=True)  # type: ignore[untyped-decorator]
     def relay() -> dict[str, int]:

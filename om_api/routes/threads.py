@@ -18,7 +18,7 @@ from om_api.deps import DepsDep
 from om_api.encoding import json_response
 from om_api.errors import ApiError, not_found
 from om_api.formats import openai_messages
-from om_api.recall import RecallQuery, recall
+from om_api.recall import RecallQuery, SemanticSearch, recall
 from om_api.schemas import (
     ID_PATTERN,
     AppendOut,
@@ -49,6 +49,7 @@ from om_core.application.records import (
     replay_state,
     thread_stream_id,
 )
+from om_core.application.vector_index import GroupHit, search_observations, vector_index_enabled
 from om_core.domain.context import build_status, om_metadata
 from om_core.domain.events import EVENT_CLASSES, DomainEvent, from_recorded
 from om_core.domain.parts import event_parts, parts_for_events, status_part
@@ -483,8 +484,22 @@ def get_recall(
         before=_utc(before),
         after=_utc(after),
     )
+    semantic: SemanticSearch | None = None
+    if vector_index_enabled(config):
+
+        def semantic(query: str, top_k: int) -> list[GroupHit]:
+            return search_observations(
+                deps, tenant=tenant, thread_id=thread_id, query=query, top_k=top_k, config=config
+            )
+
     return recall(
-        deps.store, tenant=tenant, thread_id=thread_id, q=q, count=counter.count_text, scope=config.scope
+        deps.store,
+        tenant=tenant,
+        thread_id=thread_id,
+        q=q,
+        count=counter.count_text,
+        scope=config.scope,
+        semantic=semantic,
     )
 
 

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from om_core.domain.envelope import (
     AppendResult,
+    IndexedGroup,
     JSONDict,
     NewEvent,
     RecordedEvent,
@@ -163,7 +164,8 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     def delete_stream(self, stream_id: str) -> int:
-        """Erase a stream: its events, projection, messages and queued work. Returns events removed."""
+        """Erase a stream: its events, projection, messages, indexed groups and queued work. Returns events
+        removed."""
 
     # --- added with the SQL store: paging, projection rebuilds, outbox relay ---------------------------
 
@@ -212,6 +214,16 @@ class EventStore(abc.ABC):
         The dispatcher publishes right after commit and knows the keys, not the row ids.
         """
         raise NotImplementedError
+
+    @abc.abstractmethod
+    def upsert_indexed_groups(self, groups: Sequence[IndexedGroup]) -> None:
+        """Store observation groups in the vector index, replacing any with the same (stream, group id)."""
+
+    @abc.abstractmethod
+    def load_indexed_groups(
+        self, tenant: str, *, stream_ids: Sequence[str] = (), resource_id: str | None = None
+    ) -> list[IndexedGroup]:
+        """The tenant's indexed groups of the streams ``stream_ids`` or of the resource, oldest first."""
 
     def list_streams_with_pending_work(self, *, after: str = "", limit: int = 500) -> list[str]:
         """Ids of records holding buffered chunks or a cycle in flight, in id order after ``after``.
@@ -271,10 +283,29 @@ class ModelResponse:
     attempts: int
 
 
+@dataclass(frozen=True, slots=True)
+class EmbeddingRequest:
+    model: str
+    texts: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingResponse:
+    vectors: list[list[float]]
+    model: str
+    usage: ModelUsage
+    latency_ms: float
+    attempts: int
+
+
 class ModelGateway(abc.ABC):
     @abc.abstractmethod
     def complete(self, request: ModelRequest) -> ModelResponse:
         """Run one model call, retrying transient failures within the configured bound."""
+
+    @abc.abstractmethod
+    def embed(self, request: EmbeddingRequest) -> EmbeddingResponse:
+        """Embed texts (one vector each, in order), retrying transient failures within the same bound."""
 
 
 # --- work dispatch -------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from om_core.domain.tokens import TokenCounter, make_tokenizer
 TASK_OBSERVE_BUFFER = "om.observe_buffer"
 TASK_OBSERVE_SYNC = "om.observe_sync"
 TASK_REFLECT = "om.reflect"
+TASK_INDEX_OBSERVATIONS = "om.index_observations"
 QUEUE_SYNC = "om.sync"
 QUEUE_BUFFER = "om.buffer"
 QUEUE_MAINTENANCE = "om.maintenance"

@@ -9,6 +9,7 @@ never apply a second outcome: the store rejects it as a duplicate.
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from om_core.application.observer import ObserverFailedError, observe_messages
 from om_core.application.ports import DuplicateEventError, ModelError
 from om_core.application.records import (
+    TASK_INDEX_OBSERVATIONS,
     TASK_OBSERVE_BUFFER,
     TASK_OBSERVE_SYNC,
     TASK_REFLECT,
@@ -29,6 +31,7 @@ from om_core.application.records import (
     retry_on_conflict,
 )
 from om_core.application.reflector import ReflectorFailedError, reflect_observations
+from om_core.application.vector_index import index_observations, index_task, vector_index_enabled
 from om_core.domain.events import (
     DomainEvent,
     ObservationBufferCompleted,
@@ -49,6 +52,8 @@ from om_core.domain.observer_output import thread_title_accepted
 from om_core.domain.state import BufferInFlight, RecordState, SyncInFlight
 from om_core.domain.timeutil import format_time
 
+log = logging.getLogger(__name__)
+
 
 class WorkOutcome(enum.StrEnum):
     COMPLETED = "completed"
@@ -66,6 +71,7 @@ def run_task(deps: Deps, task_name: str, stream_id: str, cycle_id: str) -> WorkO
         TASK_OBSERVE_BUFFER: run_buffer_observation,
         TASK_OBSERVE_SYNC: run_sync_observation,
         TASK_REFLECT: run_reflection,
+        TASK_INDEX_OBSERVATIONS: run_indexing,
     }
     runner = runners.get(task_name)
     if runner is None:
@@ -101,6 +107,13 @@ def _record_outcome(
             plan.add(event, event_id=outcome_id if index == 0 else None)
         if isinstance(events[0], ObservationBufferFailed | SyncObservationFailed | ReflectionFailed):
             result = WorkOutcome.FAILED
+        first = events[0]
+        if (
+            isinstance(first, ObservationBufferCompleted | SyncObservationCompleted)
+            and first.observations.strip()
+            and vector_index_enabled(config)
+        ):
+            plan.tasks.append(index_task(stream_id, cycle_id))
         plan_decisions(plan, config, deps.clock(), mode="work")
         try:
             commit(deps, plan)
@@ -109,6 +122,17 @@ def _record_outcome(
         return result
 
     return retry_on_conflict(attempt)
+
+
+def run_indexing(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
+    """Index a cycle's observation groups. A failed embedding only costs recall some groups: it is logged
+    and counted, and indexing the cycle again (a redelivery) replaces whatever was stored."""
+    try:
+        index_observations(deps, stream_id, cycle_id)
+    except ModelError as error:
+        log.warning("indexing %s %s failed: %s", stream_id, cycle_id, error)
+        return WorkOutcome.FAILED
+    return WorkOutcome.COMPLETED
 
 
 # --- observation ------------------------------------------------------------------------------------------

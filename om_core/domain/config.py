@@ -576,10 +576,22 @@ class ReflectionConfig(_Section):
         return self
 
 
+DEFAULT_EMBEDDER = "om-local/hashing"
+
+
+def _embedder(value: object) -> str:
+    if isinstance(value, str) and value != "default" and _MODEL_ID.match(value):
+        return value
+    raise ValueError('must be "provider/model", an embedding model')
+
+
 class RetrievalConfig(_Section):
     vector: StrictBool = False
     scope: Scope = "resource"
     instructions: StrictStr | None = None
+    # the embedding model of the vector index (an extension of Mastra's options, which take an embedder
+    # object in the Memory constructor instead)
+    embedder: Annotated[str, BeforeValidator(_embedder)] = DEFAULT_EMBEDDER
 
 
 class ModelRetryConfig(_Section):

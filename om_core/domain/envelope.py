@@ -67,6 +67,27 @@ class StateSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexedGroup:
+    """One observation group in the vector index (retrieval ``vector: true``): what recall's search ranks.
+
+    ``range_start``/``range_end`` are the ids of the first and last messages it was written from, the cursor
+    a model passes to recall to read them back. Keyed by (stream, group id): indexing again replaces it.
+    """
+
+    stream_id: str
+    group_id: str
+    tenant: str
+    thread_id: str | None
+    resource_id: str | None
+    range_start: str
+    range_end: str
+    text: str
+    observed_at: str
+    model: str
+    embedding: list[float]
+
+
+@dataclass(frozen=True, slots=True)
 class StoredSnapshot:
     """A stream's inline projection as stored.
 
@@ -94,3 +115,4 @@ class StoredMessageRef:
     message_id: str
     content_hash: str
     stream_version: int
+    thread_id: str | None = None

@@ -313,6 +313,33 @@ def wrap_observation_group(
     return f"<observation-group {attributes}>\n{text.strip()}\n</observation-group>"
 
 
+@dataclass(frozen=True, slots=True)
+class ObservationGroup:
+    group_id: str
+    range_start: str
+    range_end: str
+    text: str
+
+
+def observation_groups(text: str) -> list[ObservationGroup]:
+    """The retrieval groups of an observation block, in order, each with its range and content."""
+    groups: list[ObservationGroup] = []
+    for match in _GROUP.finditer(text):
+        attributes = {a["name"]: html.unescape(a["value"]) for a in _ATTRIBUTE.finditer(match["attrs"])}
+        start, _, end = attributes.get("range", "").partition(":")
+        if not attributes.get("id") or not start:
+            continue
+        groups.append(
+            ObservationGroup(
+                group_id=attributes["id"],
+                range_start=start,
+                range_end=end or start,
+                text=match["body"].strip(),
+            )
+        )
+    return groups
+
+
 def render_groups_for_context(text: str) -> str:
     """Group tags as markdown the actor can cite to the recall tool: a ``## Group`` heading and its range."""
 

@@ -242,3 +242,21 @@ def test_per_call_overhead_through_litellm(gateway: LiteLLMGateway) -> None:
     per_call_ms = (time.perf_counter() - started) * 1000 / runs
     print(f"\nom-local call through litellm: {per_call_ms:.2f} ms per call")
     assert per_call_ms < 100
+
+
+def test_embeddings_go_through_litellm_in_order_and_a_chat_model_cannot_embed() -> None:
+    from om_core.adapters.models.om_local import HASHING_DIMENSIONS, hashing_embedding
+    from om_core.application.ports import EmbeddingRequest
+
+    gateway = LiteLLMGateway(RetryPolicy(max_retries=0))
+    texts = ["Priya lives in Lisbon", "the dog is a beagle", "Priya lives in Lisbon"]
+    response = gateway.embed(EmbeddingRequest(model="om-local/hashing", texts=texts))
+    assert response.vectors == [hashing_embedding(t) for t in texts]
+    assert len(response.vectors[0]) == HASHING_DIMENSIONS
+    assert response.usage.input_tokens > 0 and response.attempts == 1 and response.model == "om-local/hashing"
+    with pytest.raises(PermanentModelError, match="embed"):
+        gateway.embed(EmbeddingRequest(model="om-local/extractive", texts=["x"]))
+    with pytest.raises(PermanentModelError, match="embeds"):
+        gateway.complete(ModelRequest(model="om-local/hashing", messages=MESSAGES, purpose="observation"))
+    with pytest.raises(ModelConfigurationError, match="OPENAI_API_KEY"):
+        LiteLLMGateway(environ={}).embed(EmbeddingRequest(model="openai/text-embedding-3-small", texts=["x"]))

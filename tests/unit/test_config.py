@@ -797,3 +797,17 @@ def test_merge_keeps_free_form_keys_and_rejects_bad_layers() -> None:
         merge_config_layers({"scope": "thread"}, "scope=resource")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="given twice"):
         merge_config_layers({"shareTokenBudget": True, "share_token_budget": False})
+
+
+def test_retrieval_embedder_defaults_to_the_local_one_and_is_checked() -> None:
+    from om_core.bootstrap import configured_models
+
+    config = parse_memory_config({"model": "om-local/extractive", "retrieval": {"vector": True}})
+    assert config.retrieval is not None and config.retrieval.embedder == "om-local/hashing"
+    assert configured_models(config) == ["om-local/extractive", "om-local/hashing"]
+    chosen = parse_memory_config({"retrieval": {"vector": True, "embedder": "openai/text-embedding-3-small"}})
+    assert chosen.retrieval is not None and chosen.retrieval.embedder == "openai/text-embedding-3-small"
+    without_vectors = parse_memory_config({"model": "om-local/extractive", "retrieval": True})
+    assert configured_models(without_vectors) == ["om-local/extractive"]
+    with pytest.raises(ConfigError, match=r"retrieval\.embedder"):
+        parse_memory_config({"retrieval": {"vector": True, "embedder": "default"}})

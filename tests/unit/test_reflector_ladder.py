@@ -11,7 +11,14 @@ from collections.abc import Sequence
 
 import pytest
 
-from om_core.application.ports import ModelGateway, ModelRequest, ModelResponse, ModelUsage
+from om_core.application.ports import (
+    EmbeddingRequest,
+    EmbeddingResponse,
+    ModelGateway,
+    ModelRequest,
+    ModelResponse,
+    ModelUsage,
+)
 from om_core.application.reflector import ReflectorFailedError, reflect_observations
 from om_core.domain.config import parse_memory_config
 from om_core.domain.prompts import REFLECTOR_LEVEL_LINE
@@ -40,6 +47,9 @@ class ScriptedReflector(ModelGateway):
         return ModelResponse(
             text=text, model=request.model, usage=ModelUsage(10, 10), latency_ms=1.0, attempts=1
         )
+
+    def embed(self, request: EmbeddingRequest) -> EmbeddingResponse:
+        raise AssertionError("the Reflector never embeds")
 
 
 def config(model: str = "om-local/extractive") -> object:

@@ -28,6 +28,8 @@ from om_core.adapters.models.model_ids import (
 )
 from om_core.adapters.models.om_local import register_om_local
 from om_core.application.ports import (
+    EmbeddingRequest,
+    EmbeddingResponse,
     ModelConfigurationError,
     ModelGateway,
     ModelRequest,
@@ -239,30 +241,65 @@ class LiteLLMGateway(ModelGateway):
         litellm = load_litellm()
         max_retries = self._retry.max_retries if retries_override is None else retries_override
         started = time.perf_counter()
+
+        def call(attempt: int) -> Any:
+            if provider == OM_LOCAL_PROVIDER:
+                kwargs["omLocal"] = {**kwargs["omLocal"], "attempt": attempt}
+            # max_retries=0 turns off the provider SDK's own retries: this gateway's loop is the only one.
+            return litellm.completion(**kwargs, timeout=self._timeout_s, max_retries=0, drop_params=True)
+
+        response, attempts = self._with_retries(request.model, max_retries, call)
+        return self._response(request, response, provider, kwargs["model"], attempts, started)
+
+    def embed(self, request: EmbeddingRequest) -> EmbeddingResponse:
+        provider = provider_of(request.model)
+        check_model_credentials([request.model], self._environ)
+        kwargs: dict[str, Any] = {"model": to_litellm_model(request.model), "input": request.texts}
+        api_key = api_key_from_env(provider, self._environ)
+        if api_key is not None:
+            kwargs["api_key"] = api_key
+        litellm = load_litellm()
+        started = time.perf_counter()
+        response, attempts = self._with_retries(
+            request.model,
+            self._retry.max_retries,
+            lambda _: litellm.embedding(**kwargs, timeout=self._timeout_s, max_retries=0),
+        )
+        rows = sorted(getattr(response, "data", None) or [], key=lambda row: int(row["index"]))
+        vectors = [[float(v) for v in row["embedding"]] for row in rows]
+        if len(vectors) != len(request.texts):
+            raise PermanentModelError(
+                f"{request.model}: {len(vectors)} embeddings for {len(request.texts)} texts",
+                model=request.model,
+            )
+        usage = getattr(response, "usage", None)
+        return EmbeddingResponse(
+            vectors=vectors,
+            model=request.model,
+            usage=ModelUsage(input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0)),
+            latency_ms=(time.perf_counter() - started) * 1000,
+            attempts=attempts,
+        )
+
+    def _with_retries(self, model: str, max_retries: int, call: Callable[[int], Any]) -> tuple[Any, int]:
+        """``call(attempt)`` until it succeeds, retrying transient failures: (result, attempts)."""
         attempt = 0
         while True:
             attempt += 1
-            if provider == OM_LOCAL_PROVIDER:
-                kwargs["omLocal"] = {**kwargs["omLocal"], "attempt": attempt}
             try:
-                # max_retries=0 turns off the provider SDK's own retries: this loop is the only one.
-                response = litellm.completion(
-                    **kwargs, timeout=self._timeout_s, max_retries=0, drop_params=True
-                )
+                return call(attempt), attempt
             except Exception as exc:
                 if not is_transient(exc):
                     raise PermanentModelError(
-                        f"{request.model}: {type(exc).__name__}: {exc}", model=request.model, attempts=attempt
+                        f"{model}: {type(exc).__name__}: {exc}", model=model, attempts=attempt
                     ) from exc
                 if attempt > max_retries:
                     raise TransientModelError(
-                        f"{request.model}: {type(exc).__name__} after {attempt} attempt(s): {exc}",
-                        model=request.model,
+                        f"{model}: {type(exc).__name__} after {attempt} attempt(s): {exc}",
+                        model=model,
                         attempts=attempt,
                     ) from exc
                 self._sleep(self._retry.delay_s(attempt, self._rng))
-                continue
-            return self._response(request, response, provider, kwargs["model"], attempt, started)
 
     def _response(
         self,

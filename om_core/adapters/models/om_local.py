@@ -1142,6 +1142,36 @@ def _response_schema(response_format: Any) -> dict[str, Any] | None:
     return None
 
 
+# --- embeddings ------------------------------------------------------------------------------------------
+
+HASHING_EMBEDDER = "hashing"
+HASHING_DIMENSIONS = 1024
+_EMBED_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def hashing_embedding(text: str, dimensions: int = HASHING_DIMENSIONS) -> list[float]:
+    """``om-local/hashing``: a deterministic bag-of-words embedding (feature hashing), unit length.
+
+    The stem of each word, and the word itself, are hashed to a dimension with a sign; texts that share words
+    point the same way, so cosine similarity ranks lexical overlap. No model, no network: it stands in for a
+    real embedder in tests and offline, and real ones (``openai/text-embedding-3-small``...) go through
+    litellm.
+    """
+    vector = [0.0] * dimensions
+    for word in _EMBED_WORD.findall(text.lower()):
+        if len(word) < 2 or word in _STOPWORDS:
+            continue
+        # the stem carries the meaning ("lives" and "live" meet); the exact word adds a little
+        stem = _stem(word)
+        features = [(f"stem:{stem}", 1.0)] + ([(word, 0.5)] if word != stem else [])
+        for feature, weight in features:
+            digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
+            bucket = int.from_bytes(digest[:4], "big") % dimensions
+            vector[bucket] += weight if digest[4] & 1 else -weight
+    norm = sum(v * v for v in vector) ** 0.5
+    return [v / norm for v in vector] if norm else vector
+
+
 def register_om_local(litellm_module: Any) -> None:
     """Install the local provider in ``litellm.custom_provider_map``, keeping every other provider."""
     from om_core.adapters.models.om_local_llm import OmLocalLLM

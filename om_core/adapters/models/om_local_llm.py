@@ -8,13 +8,16 @@ from typing import Any
 import httpx
 from litellm.exceptions import BadRequestError, RateLimitError, ServiceUnavailableError
 from litellm.llms.custom_llm import CustomLLM
-from litellm.types.utils import ModelResponse, Usage
+from litellm.types.utils import EmbeddingResponse, ModelResponse, Usage
 
 from om_core.adapters.models.om_local import (
+    HASHING_EMBEDDER,
     OM_LOCAL_PROVIDER,
     OmLocalOptions,
     OmLocalRequestError,
     OmLocalTransientError,
+    count_tokens,
+    hashing_embedding,
     respond,
 )
 
@@ -42,6 +45,12 @@ class OmLocalLLM(CustomLLM):
         client: Any = None,
     ) -> ModelResponse:
         full_model = f"{OM_LOCAL_PROVIDER}/{model}"
+        if model == HASHING_EMBEDDER:
+            raise BadRequestError(
+                message=f"{full_model} embeds; the local chat model is {OM_LOCAL_PROVIDER}/extractive",
+                model=full_model,
+                llm_provider=OM_LOCAL_PROVIDER,
+            )
         try:
             options = OmLocalOptions.from_mapping(optional_params.get("omLocal"))
             reply = respond(messages, options, response_format=optional_params.get("response_format"))
@@ -63,4 +72,34 @@ class OmLocalLLM(CustomLLM):
             total_tokens=reply.input_tokens + reply.output_tokens,
         )
         setattr(model_response, "usage", usage)  # noqa: B010 - Usage is not a declared field of ModelResponse
+        return model_response
+
+    def embedding(
+        self,
+        model: str,
+        input: list[Any],
+        model_response: EmbeddingResponse,
+        print_verbose: Callable[..., Any],
+        logging_obj: Any,
+        optional_params: dict[str, Any],
+        api_key: str | None = None,
+        api_base: str | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        litellm_params: Any = None,
+    ) -> EmbeddingResponse:
+        full_model = f"{OM_LOCAL_PROVIDER}/{model}"
+        if model != HASHING_EMBEDDER:
+            raise BadRequestError(
+                message=f"{full_model} does not embed; use {OM_LOCAL_PROVIDER}/{HASHING_EMBEDDER}",
+                model=full_model,
+                llm_provider=OM_LOCAL_PROVIDER,
+            )
+        texts = [str(item) for item in input]
+        model_response.data = [
+            {"object": "embedding", "index": i, "embedding": hashing_embedding(text)}
+            for i, text in enumerate(texts)
+        ]
+        model_response.model = full_model
+        tokens = sum(count_tokens(text) for text in texts)
+        model_response.usage = Usage(prompt_tokens=tokens, completion_tokens=0, total_tokens=tokens)
         return model_response

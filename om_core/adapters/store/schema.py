@@ -243,6 +243,28 @@ sa.Index(
 )
 sa.Index("ix_om_outbox_stream_id", outbox.c.stream_id)
 
+# The vector index of observation groups (retrieval ``vector: true``). Embeddings are JSON arrays ranked in
+# the application: recall searches one resource's or thread's groups, a few thousand at most, so a scan of
+# them beats depending on a database extension.
+indexed_groups = sa.Table(
+    "om_indexed_groups",
+    metadata,
+    sa.Column("stream_id", sa.Text(), nullable=False),
+    sa.Column("group_id", sa.Text(), nullable=False),
+    sa.Column("tenant", sa.Text(), nullable=False),
+    sa.Column("thread_id", sa.Text(), nullable=True),
+    sa.Column("resource_id", sa.Text(), nullable=True),
+    sa.Column("range_start", sa.Text(), nullable=False),
+    sa.Column("range_end", sa.Text(), nullable=False),
+    sa.Column("text", sa.Text(), nullable=False),
+    sa.Column("observed_at", sa.Text(), nullable=False),
+    sa.Column("model", sa.Text(), nullable=False),
+    sa.Column("embedding", sa.JSON(), nullable=False),
+    sa.PrimaryKeyConstraint("stream_id", "group_id"),
+)
+sa.Index("ix_om_indexed_groups_tenant_stream_id", indexed_groups.c.tenant, indexed_groups.c.stream_id)
+sa.Index("ix_om_indexed_groups_tenant_resource_id", indexed_groups.c.tenant, indexed_groups.c.resource_id)
+
 api_keys = sa.Table(
     "om_api_keys",
     metadata,

@@ -33,7 +33,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter
 
 from om_core.adapters.store import schema
-from om_core.adapters.store.schema import events, messages, outbox, records
+from om_core.adapters.store.schema import events, indexed_groups, messages, outbox, records
 from om_core.application.ports import (
     ConcurrencyError,
     DuplicateEventError,
@@ -47,6 +47,7 @@ from om_core.application.ports import (
 )
 from om_core.domain.envelope import (
     AppendResult,
+    IndexedGroup,
     JSONDict,
     NewEvent,
     RecordedEvent,
@@ -779,6 +780,7 @@ class SqlEventStore(EventStore):
             sa.delete(records).where(records.c.stream_id == stream_id),
             sa.delete(messages).where(messages.c.stream_id == stream_id),
             sa.delete(outbox).where(outbox.c.stream_id == stream_id, outbox.c.published_at.is_(None)),
+            sa.delete(indexed_groups).where(indexed_groups.c.stream_id == stream_id),
         ]
         erase_events = sa.delete(events).where(events.c.stream_id == stream_id)
         with _unavailable_on_connection_errors(), self._writing() as conn:
@@ -789,6 +791,70 @@ class SqlEventStore(EventStore):
             for statement in erase_others:
                 conn.execute(statement)
             return int(conn.execute(erase_events).rowcount)
+
+    # --- vector index of observation groups ----------------------------------------------------------
+
+    def upsert_indexed_groups(self, groups: Sequence[IndexedGroup]) -> None:
+        if not groups:
+            return
+        insert = postgresql.insert if self._postgres else sqlite.insert
+        statement = insert(indexed_groups)
+        upsert = statement.on_conflict_do_update(
+            index_elements=[indexed_groups.c.stream_id, indexed_groups.c.group_id],
+            set_={c.name: statement.excluded[c.name] for c in indexed_groups.c if not c.primary_key},
+        )
+        rows = [
+            {
+                "stream_id": g.stream_id,
+                "group_id": g.group_id,
+                "tenant": g.tenant,
+                "thread_id": g.thread_id,
+                "resource_id": g.resource_id,
+                "range_start": g.range_start,
+                "range_end": g.range_end,
+                "text": g.text,
+                "observed_at": g.observed_at,
+                "model": g.model,
+                "embedding": g.embedding,
+            }
+            for g in groups
+        ]
+        with _unavailable_on_connection_errors(), self._writing() as conn:
+            conn.execute(upsert, rows)
+
+    def load_indexed_groups(
+        self, tenant: str, *, stream_ids: Sequence[str] = (), resource_id: str | None = None
+    ) -> list[IndexedGroup]:
+        which: list[sa.ColumnElement[bool]] = []
+        if stream_ids:
+            which.append(indexed_groups.c.stream_id.in_(list(dict.fromkeys(stream_ids))))
+        if resource_id is not None:
+            which.append(indexed_groups.c.resource_id == resource_id)
+        if not which:
+            return []
+        query = (
+            sa.select(indexed_groups)
+            .where(indexed_groups.c.tenant == tenant, sa.or_(*which))
+            .order_by(indexed_groups.c.observed_at, indexed_groups.c.stream_id, indexed_groups.c.group_id)
+        )
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [
+            IndexedGroup(
+                stream_id=row.stream_id,
+                group_id=row.group_id,
+                tenant=row.tenant,
+                thread_id=row.thread_id,
+                resource_id=row.resource_id,
+                range_start=row.range_start,
+                range_end=row.range_end,
+                text=row.text,
+                observed_at=row.observed_at,
+                model=row.model,
+                embedding=[float(v) for v in row.embedding],
+            )
+            for row in rows
+        ]
 
     # --- outbox --------------------------------------------------------------------------------------
 
@@ -920,12 +986,15 @@ def _find_messages(
     found: dict[str, StoredMessageRef] = {}
     for start in range(0, len(message_ids), _IN_CHUNK):
         chunk = list(message_ids[start : start + _IN_CHUNK])
-        query = sa.select(messages.c.message_id, messages.c.content_hash, messages.c.stream_version).where(
-            messages.c.stream_id == stream_id, messages.c.message_id.in_(chunk)
-        )
+        query = sa.select(
+            messages.c.message_id, messages.c.content_hash, messages.c.stream_version, messages.c.thread_id
+        ).where(messages.c.stream_id == stream_id, messages.c.message_id.in_(chunk))
         for row in conn.execute(query):
             found[row.message_id] = StoredMessageRef(
-                message_id=row.message_id, content_hash=row.content_hash, stream_version=row.stream_version
+                message_id=row.message_id,
+                content_hash=row.content_hash,
+                stream_version=row.stream_version,
+                thread_id=row.thread_id,
             )
     return found
 

@@ -30,7 +30,7 @@ from om_core.application.ports import (
     MessageConflictError,
     StoreUnavailableError,
 )
-from om_core.domain.envelope import NewEvent, RecordedEvent, StateSnapshot, TaskRequest
+from om_core.domain.envelope import IndexedGroup, NewEvent, RecordedEvent, StateSnapshot, TaskRequest
 from om_core.domain.upcasting import Upcasters
 
 
@@ -86,6 +86,30 @@ def stored_state(store: SqlEventStore, stream: str) -> tuple[dict[str, Any], int
         return None
     assert loaded.state is not None
     return json.loads(loaded.state), loaded.version
+
+
+def indexed(
+    stream: str,
+    group_id: str,
+    *,
+    resource: str | None = None,
+    text: str | None = None,
+    embedding: list[float] | None = None,
+    observed_at: str = "2026-03-02T10:00:00.000Z",
+) -> IndexedGroup:
+    return IndexedGroup(
+        stream_id=stream,
+        group_id=group_id,
+        tenant=stream.split("/", 1)[0],
+        thread_id=stream.rsplit("/", 1)[-1],
+        resource_id=resource,
+        range_start="m1",
+        range_end="m3",
+        text=text or f"text of {group_id}",
+        observed_at=observed_at,
+        model="om-local/hashing",
+        embedding=embedding or [0.0, 1.0],
+    )
 
 
 def task(key: str) -> TaskRequest:
@@ -389,6 +413,46 @@ class EventStoreContract:
         fresh = new_stream()
         store.replace_snapshot(fresh, snapshot(rebuilt=True), 0)
         assert stored_state(store, fresh) == ({"rebuilt": True}, 0)
+
+    # --- vector index of observation groups --------------------------------------------------------
+
+    def test_indexed_groups_are_replaced_by_key_and_found_by_stream_or_resource(
+        self, store: SqlEventStore
+    ) -> None:
+        tenant = f"t{uuid.uuid4().hex[:8]}"
+        first, second, elsewhere = (f"{tenant}/thread/{n}" for n in ("a", "b", "c"))
+        store.upsert_indexed_groups(
+            [
+                indexed(first, "g1", resource="r1", embedding=[1.0, 0.0]),
+                indexed(first, "g2", resource="r1", observed_at="2026-03-02T11:00:00.000Z"),
+                indexed(second, "g1", resource="r1"),
+                indexed(elsewhere, "g9", resource="r2"),
+            ]
+        )
+        store.upsert_indexed_groups(
+            [indexed(first, "g1", resource="r1", text="rewritten", embedding=[0.5, 0.5])]
+        )
+        by_stream = store.load_indexed_groups(tenant, stream_ids=[first])
+        assert [(g.group_id, g.text, g.embedding) for g in by_stream] == [
+            ("g1", "rewritten", [0.5, 0.5]),
+            ("g2", "text of g2", [0.0, 1.0]),
+        ]
+        by_resource = store.load_indexed_groups(tenant, resource_id="r1")
+        assert sorted((g.stream_id, g.group_id) for g in by_resource) == [
+            (first, "g1"),
+            (first, "g2"),
+            (second, "g1"),
+        ]
+        assert store.load_indexed_groups("another-tenant", stream_ids=[first], resource_id="r1") == []
+        assert store.load_indexed_groups(tenant) == []
+
+    def test_erasing_a_stream_erases_its_indexed_groups(self, store: SqlEventStore) -> None:
+        tenant = f"t{uuid.uuid4().hex[:8]}"
+        stream, other = f"{tenant}/thread/a", f"{tenant}/thread/b"
+        store.append(stream, [event(1)], 0)
+        store.upsert_indexed_groups([indexed(stream, "g1"), indexed(other, "g1")])
+        store.delete_stream(stream)
+        assert store.load_indexed_groups(tenant, stream_ids=[stream, other]) == [indexed(other, "g1")]
 
     # --- outbox ----------------------------------------------------------------------------------------
 

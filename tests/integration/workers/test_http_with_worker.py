@@ -20,6 +20,8 @@ KEY = {"Authorization": "Bearer e2e-key"}
 
 def test_long_conversation_over_http_with_a_worker_process(cluster_factory: Any) -> None:
     cluster = cluster_factory()
+    # the worker also indexes each observation's groups (a task of its own on om.maintenance)
+    cluster.profile["retrieval"] = {"vector": True}
     cluster.worker("w1")
     settings = cluster.settings().model_copy(update={"api_keys": {"e2e-key": "acme"}})
     app = create_app(settings, cluster.deps)
@@ -48,3 +50,19 @@ def test_long_conversation_over_http_with_a_worker_process(cluster_factory: Any)
         replayed = replay_context(cluster.deps.store, stream, profile=cluster.deps.profile)
         assert final["version"] == replayed["version"]
         assert final["system"] == replayed["system"] and final["messages"] == replayed["messages"]
+
+        observed = state.stats.buffered_chunks + state.stats.sync_observations
+        wait_for(
+            lambda: (
+                len(cluster.deps.store.load_indexed_groups("acme", stream_ids=[stream])) >= observed or None
+            ),
+            timeout=60,
+            what="the worker to index every observation's groups",
+        )
+        found = client.get(
+            "/v1/threads/conv/recall",
+            params={"mode": "search", "query": "my sister Priya who lives in Lisbon"},
+            headers=KEY,
+        ).json()
+        assert found["engine"] == "vector"
+        assert "Priya" in found["threads"][0]["results"][0]["preview"]

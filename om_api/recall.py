@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -480,39 +480,28 @@ def _threads(store: EventStore, tenant: str, thread_id: str, q: RecallQuery, sco
 
 
 def _semantic_search(thread_id: str, q: RecallQuery, semantic: SemanticSearch) -> dict[str, Any]:
-    """Observation groups ranked by meaning, grouped by thread; each result's cursor is the first message
-    of its range, which ``mode: messages`` pages from."""
-    if not q.query or not q.query.strip():
-        raise ApiError(422, "query_required", "search mode needs a non-empty query")
-    top_k = normalize_limit(q.limit, SEARCH_DEFAULT_TOP_K, SEARCH_MAX_TOP_K)
-    groups: dict[str, dict[str, Any]] = {}
-    for hit in semantic(q.query, top_k):
-        found = hit.group
-        tid = found.thread_id or ""
-        group = groups.setdefault(tid, {"threadId": tid, "current": tid == thread_id, "results": []})
-        group["results"].append(
+    """Observation groups ranked by meaning; each result's cursor is the first message of its range,
+    which ``mode: messages`` pages from."""
+    top_k = _search_top_k(q)
+    results = (
+        (
+            hit.group.thread_id or "",
             {
-                "cursor": found.range_start,
-                "range": f"{found.range_start}:{found.range_end}",
-                "groupId": found.group_id,
-                "observedAt": found.observed_at,
+                "cursor": hit.group.range_start,
+                "range": f"{hit.group.range_start}:{hit.group.range_end}",
+                "groupId": hit.group.group_id,
+                "observedAt": hit.group.observed_at,
                 "score": round(hit.score, 6),
-                "preview": found.text[:300],
-            }
+                "preview": hit.group.text[:300],
+            },
         )
-    return {
-        "mode": "search",
-        "query": q.query,
-        "topK": top_k,
-        "engine": "vector",
-        "threads": list(groups.values()),
-    }
+        for hit in semantic(str(q.query), top_k)
+    )
+    return _search_answer(q, top_k, "vector", thread_id, results)
 
 
 def _search(store: EventStore, tenant: str, thread_id: str, q: RecallQuery, scope: str) -> dict[str, Any]:
-    if not q.query or not q.query.strip():
-        raise ApiError(422, "query_required", "search mode needs a non-empty query")
-    top_k = normalize_limit(q.limit, SEARCH_DEFAULT_TOP_K, SEARCH_MAX_TOP_K)
+    top_k = _search_top_k(q)
     if scope == "resource":
         current = [r for r in queries.list_threads(store, tenant, limit=10_000) if r.thread_id == thread_id]
         resource = current[0].resource_id if current else None
@@ -526,26 +515,43 @@ def _search(store: EventStore, tenant: str, thread_id: str, q: RecallQuery, scop
         )
     else:
         streams = [thread_stream_id(tenant, thread_id)]
-    hits = queries.search_messages(store, tenant, q.query, stream_ids=streams, limit=top_k)
-    groups: dict[str, dict[str, Any]] = {}
-    for hit in hits:
-        message = hit.message
-        tid = message.stream_id.split("/", 2)[-1]
-        group = groups.setdefault(tid, {"threadId": tid, "current": tid == thread_id, "results": []})
-        preview = " ".join(_part_text(p) for p in message.message.get("parts", []) if isinstance(p, dict))
-        group["results"].append(
+    hits = queries.search_messages(store, tenant, str(q.query), stream_ids=streams, limit=top_k)
+    results = (
+        (
+            hit.message.stream_id.split("/", 2)[-1],
             {
-                "cursor": message.message_id,
-                "role": message.role,
-                "createdAt": message.created_at.isoformat(),
+                "cursor": hit.message.message_id,
+                "role": hit.message.role,
+                "createdAt": hit.message.created_at.isoformat(),
                 "score": round(hit.score, 6),
-                "preview": preview[:300],
-            }
+                "preview": " ".join(
+                    _part_text(p) for p in hit.message.message.get("parts", []) if isinstance(p, dict)
+                )[:300],
+            },
         )
+        for hit in hits
+    )
+    return _search_answer(q, top_k, "fulltext", thread_id, results)
+
+
+def _search_top_k(q: RecallQuery) -> int:
+    if not q.query or not q.query.strip():
+        raise ApiError(422, "query_required", "search mode needs a non-empty query")
+    return normalize_limit(q.limit, SEARCH_DEFAULT_TOP_K, SEARCH_MAX_TOP_K)
+
+
+def _search_answer(
+    q: RecallQuery, top_k: int, engine: str, thread_id: str, results: Iterable[tuple[str, dict[str, Any]]]
+) -> dict[str, Any]:
+    """The search answer: results grouped by thread, in rank order, the current thread marked."""
+    threads: dict[str, dict[str, Any]] = {}
+    for tid, result in results:
+        entry = threads.setdefault(tid, {"threadId": tid, "current": tid == thread_id, "results": []})
+        entry["results"].append(result)
     return {
         "mode": "search",
         "query": q.query,
         "topK": top_k,
-        "engine": "fulltext",
-        "threads": list(groups.values()),
+        "engine": engine,
+        "threads": list(threads.values()),
     }

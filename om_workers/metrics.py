@@ -193,6 +193,9 @@ class MeteredEventStore(EventStore):
             stream_id, thread_id=thread_id, cursor=cursor, backward=backward, limit=limit
         )
 
+    def read_messages_after(self, stream_id: str, seq: int) -> list[StoredMessage]:
+        return self.inner.read_messages_after(stream_id, seq)
+
     def list_stream_ids(self, prefix: str = "", *, after: str = "", limit: int = 1000) -> list[str]:
         return self.inner.list_stream_ids(prefix, after=after, limit=limit)
 

@@ -187,6 +187,10 @@ class EventStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def read_messages_after(self, stream_id: str, seq: int) -> list[StoredMessage]:
+        """The stream's messages with a seq above ``seq``, in seq order: the unobserved window."""
+
+    @abc.abstractmethod
     def list_stream_ids(self, prefix: str = "", *, after: str = "", limit: int = 1000) -> list[str]:
         """Ids of streams that have events, starting with ``prefix``, in id order after ``after``."""
 

@@ -27,7 +27,7 @@ from om_core.domain.events import (
     from_recorded,
     to_new_event,
 )
-from om_core.domain.state import RecordState, evolve, fold, initial_state
+from om_core.domain.state import RecordState, evolve, fold, initial_state, window_message
 from om_core.domain.timeutil import format_time
 from om_core.domain.tokens import TokenCounter, make_tokenizer
 
@@ -162,10 +162,39 @@ def load_state(store: EventStore, stream_id: str, cache: StateCache | None = Non
         # written by an older shape of the state: snapshots are a cache, the events are the truth
         return replay_state(store, stream_id)
     state.version = stored.version
+    if not any(m.kind == "message" for m in state.window):
+        restored = _with_window_messages(store, state)
+        if restored is None:
+            return replay_state(store, stream_id)
+        state = restored
     if cache is None:
         return state
     cache.keep(stream_id, stored.position, state)
     return state.fork()
+
+
+def _with_window_messages(store: EventStore, state: RecordState) -> RecordState | None:
+    """The state with its unobserved messages put back from the message projection (``snapshot_of`` leaves
+    them out), or None when the projection does not hold exactly the messages the window needs."""
+    rows = store.read_messages_after(state.stream_id, state.observed_seq)
+    messages = [
+        window_message(
+            seq=row.seq,
+            message_id=row.message_id,
+            role=row.role,
+            thread_id=row.thread_id,
+            tokens=row.tokens,
+            created_at=format_time(row.created_at),
+            model=row.message.get("model"),
+            message=row.message,
+        )
+        for row in rows
+    ]
+    window = sorted([*messages, *state.window], key=lambda m: m.seq)
+    if [m.seq for m in window] != list(range(state.observed_seq + 1, state.next_seq)):
+        return None
+    state.window = window
+    return state
 
 
 def replay_state(store: EventStore, stream_id: str, to_version: int | None = None) -> RecordState:
@@ -178,8 +207,12 @@ def replay_state(store: EventStore, stream_id: str, to_version: int | None = Non
 
 
 def snapshot_of(state: RecordState, tenant: str) -> StateSnapshot:
+    """The record's row. The window's messages stay out of it: they are rows of the message projection,
+    written in the same transaction, so an append writes a row whose size does not grow with the window.
+    Temporal markers, which have no message row, stay in."""
+    markers = [m for m in state.window if m.kind == "marker"]
     return StateSnapshot(
-        state=state.model_dump_json(),
+        state=state.model_copy(update={"window": markers}).model_dump_json(),
         tenant=tenant,
         thread_id=state.thread_id,
         resource_id=state.resource_id,

@@ -343,10 +343,35 @@ def _expect_seq(s: RecordState, seq: int, what: str) -> None:
         raise InvariantViolation(f"{what} has seq {seq}, expected {s.next_seq}")
 
 
+def window_message(
+    *,
+    seq: int,
+    message_id: str,
+    role: str,
+    thread_id: str | None,
+    tokens: int,
+    created_at: str,
+    model: str | None,
+    message: dict[str, Any],
+) -> WindowMessage:
+    """A stored message as the window holds it: from its event (the fold) or its projection row."""
+    return WindowMessage(
+        seq=seq,
+        message_id=message_id,
+        role=role,
+        thread_id=thread_id,
+        tokens=tokens,
+        created_at=created_at,
+        model=model,
+        pending_tool_call=_has_pending_tool_call(message),
+        body=_compact(message),
+    )
+
+
 def _message_appended(s: RecordState, e: MessageAppended) -> None:
     _expect_seq(s, e.seq, f"message {e.message_id!r}")
     s.window.append(
-        WindowMessage(
+        window_message(
             seq=e.seq,
             message_id=e.message_id,
             role=e.role,
@@ -354,8 +379,7 @@ def _message_appended(s: RecordState, e: MessageAppended) -> None:
             tokens=e.tokens,
             created_at=e.created_at,
             model=e.model,
-            pending_tool_call=_has_pending_tool_call(e.message),
-            body=_compact(e.message),
+            message=e.message,
         )
     )
     s.next_seq += 1

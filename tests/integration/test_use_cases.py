@@ -208,3 +208,46 @@ def test_a_process_sees_what_another_process_wrote_through_its_state_cache(deps:
         assert [m.message_id for m in again.window] == ["u3"] and again.stats.messages == 1
     finally:
         dispatcher.close()
+
+
+def test_a_record_read_back_from_its_row_and_message_rows_equals_a_fresh_fold(deps: Deps) -> None:
+    """The record row leaves the window's messages out (they are message-projection rows); temporal markers,
+    which have no row, stay in it. Read back without a cache, the record is exactly the fold of its events,
+    across observations, activations and markers."""
+    marked = {**deps.profile, "temporalMarkers": True}
+    deps.profile = marked
+    stream = thread_stream_id("a", "rows")
+    for i in range(1, 40):
+        message = user(i)
+        # an hour between messages: every user message after the first gets a gap marker before it
+        message["createdAt"] = f"2026-03-{2 + i // 24:02d}T{i % 24:02d}:00:00Z"
+        append_messages(deps, tenant="a", thread_id="rows", messages=[message])
+        get_context(deps, tenant="a", thread_id="rows")
+        uncached = load_state(deps.store, stream)
+        assert canonical(uncached.to_json()) == canonical(replay_state(deps.store, stream).to_json())
+    state = load_state(deps.store, stream)
+    assert state.stats.activations + state.stats.sync_observations >= 1, "messages were observed meanwhile"
+    assert any(m.kind == "marker" for m in state.window) and any(m.kind == "message" for m in state.window)
+    stored = deps.store.load_snapshot(stream)
+    assert stored is not None and stored.state is not None
+    kinds = {m["kind"] for m in json.loads(stored.state)["window"]}
+    assert kinds == {"marker"}
+    assert rebuild_projections(deps.store, verify_only=True, prefix="a/thread/rows").mismatched == []
+
+
+def test_a_message_row_missing_from_the_window_falls_back_to_the_events_and_verify_flags_it(
+    deps: Deps,
+) -> None:
+    import sqlalchemy as sa
+
+    from om_api.queries import engine_of
+
+    stream = thread_stream_id("a", "gap")
+    append_messages(deps, tenant="a", thread_id="gap", messages=[user(1), user(2), user(3)])
+    with engine_of(deps.store).begin() as conn:
+        conn.execute(
+            sa.text("DELETE FROM om_messages WHERE stream_id = :s AND message_id = 'u2'"), {"s": stream}
+        )
+    read_back = load_state(deps.store, stream)
+    assert [m.message_id for m in read_back.window] == ["u1", "u2", "u3"]
+    assert rebuild_projections(deps.store, verify_only=True, prefix="a/thread/gap").mismatched == [stream]

@@ -16,6 +16,17 @@ from om_core.domain.timeutil import format_time
 from tests.unit.test_policy import NOW, _log_state, buffer_chunk, message
 
 
+def activation(cycle: str, through_seq: int) -> ChunksActivated:
+    return ChunksActivated(
+        cycle_ids=[cycle],
+        through_seq=through_seq,
+        message_tokens=100,
+        observation_tokens=50,
+        triggered_by="threshold",
+        activated_at=format_time(NOW),
+    )
+
+
 def busy_state() -> RecordState:
     """A record with a log of two segments, buffered chunks, a run in flight and hints."""
     state = _log_state(10, 60)
@@ -23,16 +34,7 @@ def busy_state() -> RecordState:
     state = buffer_chunk(state, "c1", 2, task="first task")
     state = fold(
         state,
-        [
-            ChunksActivated(
-                cycle_ids=["c1"],
-                through_seq=2,
-                message_tokens=100,
-                observation_tokens=50,
-                triggered_by="threshold",
-                activated_at=format_time(NOW),
-            )
-        ],
+        [activation("c1", 2)],
     )
     state = buffer_chunk(state, "c2", 3)
     return fold(
@@ -63,14 +65,7 @@ def test_evolving_a_fork_leaves_the_original_as_it_was() -> None:
         [
             message(6, 100, role="assistant", model="openai/gpt-4o"),
             ObservationBufferStarted(cycle_id="c3", attempt=1, started_at=format_time(NOW)),
-            ChunksActivated(
-                cycle_ids=["c2"],
-                through_seq=3,
-                message_tokens=100,
-                observation_tokens=50,
-                triggered_by="threshold",
-                activated_at=format_time(NOW),
-            ),
+            activation("c2", 3),
             ThreadConfigured(thread_id="t1", title="renamed", metadata={"b": 2}, at=format_time(NOW)),
             ValuesExtracted(cycle_id="c3", values={"k": "changed"}, at=format_time(NOW)),
             # reflect part of the log: the rest is carried into a new segment
@@ -116,16 +111,7 @@ def test_pending_tokens_follow_every_change_of_the_window() -> None:
     assert fork.pending_tokens == before + 77 and state.pending_tokens == before
     evolve(
         fork,
-        [
-            ChunksActivated(
-                cycle_ids=["c2"],
-                through_seq=3,
-                message_tokens=100,
-                observation_tokens=50,
-                triggered_by="threshold",
-                activated_at=format_time(NOW),
-            )
-        ],
+        [activation("c2", 3)],
     )
     assert fork.pending_tokens == 24 + sum(m.tokens for m in fork.window)
     assert fork == fork.fork(), "equality is over the fields, whatever was memoised"

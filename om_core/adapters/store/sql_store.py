@@ -19,7 +19,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -751,6 +751,15 @@ class SqlEventStore(EventStore):
             rows.reverse()
         return [stored_message(row) for row in rows]
 
+    def read_messages_after(self, stream_id: str, seq: int) -> list[StoredMessage]:
+        query = (
+            sa.select(*MESSAGE_COLUMNS)
+            .where(messages.c.stream_id == stream_id, messages.c.seq > seq)
+            .order_by(messages.c.seq)
+        )
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
+            return [stored_message(row) for row in conn.execute(query)]
+
     def list_stream_ids(self, prefix: str = "", *, after: str = "", limit: int = 1000) -> list[str]:
         query = (
             sa.select(events.c.stream_id)
@@ -803,22 +812,7 @@ class SqlEventStore(EventStore):
             index_elements=[indexed_groups.c.stream_id, indexed_groups.c.group_id],
             set_={c.name: statement.excluded[c.name] for c in indexed_groups.c if not c.primary_key},
         )
-        rows = [
-            {
-                "stream_id": g.stream_id,
-                "group_id": g.group_id,
-                "tenant": g.tenant,
-                "thread_id": g.thread_id,
-                "resource_id": g.resource_id,
-                "range_start": g.range_start,
-                "range_end": g.range_end,
-                "text": g.text,
-                "observed_at": g.observed_at,
-                "model": g.model,
-                "embedding": g.embedding,
-            }
-            for g in groups
-        ]
+        rows = [asdict(g) for g in groups]
         with _unavailable_on_connection_errors(), self._writing() as conn:
             conn.execute(upsert, rows)
 
@@ -839,21 +833,9 @@ class SqlEventStore(EventStore):
         )
         with _unavailable_on_connection_errors(), self._engine.connect() as conn:
             rows = conn.execute(query).all()
+        # the columns are the fields; embeddings come back as JSON numbers, integral ones as ints
         return [
-            IndexedGroup(
-                stream_id=row.stream_id,
-                group_id=row.group_id,
-                tenant=row.tenant,
-                thread_id=row.thread_id,
-                resource_id=row.resource_id,
-                range_start=row.range_start,
-                range_end=row.range_end,
-                text=row.text,
-                observed_at=row.observed_at,
-                model=row.model,
-                embedding=[float(v) for v in row.embedding],
-            )
-            for row in rows
+            IndexedGroup(**{**row._mapping, "embedding": [float(v) for v in row.embedding]}) for row in rows
         ]
 
     # --- outbox --------------------------------------------------------------------------------------

@@ -56,3 +56,31 @@ def test_relay_publishes_what_the_dispatcher_left_behind(cluster_factory: Any) -
     report = relay_outbox(create_app(settings, cluster.worker_settings()), store, older_than_seconds=0)
     assert (report.published, report.failed) == (1, 0)
     assert store.fetch_unpublished_tasks() == []
+
+
+def test_a_running_beat_activates_the_chunks_of_an_idle_thread(cluster_factory: Any) -> None:
+    """Idle TTL end to end: a worker buffers a chunk, nobody writes or reads the thread again, and the
+    sweep scheduled by a real `celery beat` process activates the chunk once the TTL has passed."""
+    from om_core.application.append import append_messages
+    from om_workers.harness import filler_message, wait_for
+
+    from .conftest import TENANT
+
+    # longer than the worker needs to buffer, so the sweep (every 2 s here) is what activates, not the
+    # outcome's own commit
+    cluster: Cluster = cluster_factory(latency_ms=0, activateAfterIdle=4_000)
+    cluster.worker("w1")
+    thread = cluster.new_thread()
+    for turn in range(60):
+        turns = [filler_message(thread, 2 * turn), filler_message(thread, 2 * turn + 1, role="assistant")]
+        outcome = append_messages(cluster.deps, tenant=TENANT, thread_id=thread, messages=turns)
+        if any(type(e).__name__ == "ObservationBufferRequested" for e in outcome.events):
+            break
+    wait_for(lambda: cluster.state(thread).chunks or None, timeout=20, what="the worker to buffer a chunk")
+    assert cluster.state(thread).stats.activations == 0
+    cluster.beat()
+    wait_for(lambda: cluster.state(thread).stats.activations or None, timeout=30, what="the idle sweep")
+    (activated,) = cluster.events(thread, "ChunksActivated")
+    assert activated.data["triggered_by"] == "ttl" and activated.data["ttl_expired_ms"] >= 4_000
+    assert activated.metadata.get("cause") == "idle-sweep"
+    assert cluster.state(thread).chunks == []

@@ -129,14 +129,8 @@ class ObservationOutcome(DomainEvent):
     duration_ms: float = 0.0
 
 
-class ObservationBufferCompleted(ObservationOutcome):
-    """A chunk: waits in the buffer until an activation appends it to the log."""
-
-    event_type: ClassVar[str] = "ObservationBufferCompleted"
-
-
-class ObservationBufferFailed(DomainEvent):
-    event_type: ClassVar[str] = "ObservationBufferFailed"
+class ObservationFailure(DomainEvent):
+    """An observation cycle's model work failed for good (after the gateway's retries)."""
 
     cycle_id: str
     error: str
@@ -144,14 +138,28 @@ class ObservationBufferFailed(DomainEvent):
     failed_at: str
 
 
-class ObservationBufferStale(DomainEvent):
-    """A buffer result arrived for messages that were observed meanwhile: recorded, never applied."""
-
-    event_type: ClassVar[str] = "ObservationBufferStale"
+class StaleOutcome(DomainEvent):
+    """A cycle's result arrived after the cycle stopped being the one in flight: recorded, never applied."""
 
     cycle_id: str
     reason: str
     at: str
+
+
+class ObservationBufferCompleted(ObservationOutcome):
+    """A chunk: waits in the buffer until an activation appends it to the log."""
+
+    event_type: ClassVar[str] = "ObservationBufferCompleted"
+
+
+class ObservationBufferFailed(ObservationFailure):
+    event_type: ClassVar[str] = "ObservationBufferFailed"
+
+
+class ObservationBufferStale(StaleOutcome):
+    """A buffer result for messages that were observed meanwhile."""
+
+    event_type: ClassVar[str] = "ObservationBufferStale"
 
 
 class ChunksActivated(DomainEvent):
@@ -189,21 +197,12 @@ class SyncObservationCompleted(ObservationOutcome):
     event_type: ClassVar[str] = "SyncObservationCompleted"
 
 
-class SyncObservationFailed(DomainEvent):
+class SyncObservationFailed(ObservationFailure):
     event_type: ClassVar[str] = "SyncObservationFailed"
 
-    cycle_id: str
-    error: str
-    attempts: int = 1
-    failed_at: str
 
-
-class SyncObservationStale(DomainEvent):
+class SyncObservationStale(StaleOutcome):
     event_type: ClassVar[str] = "SyncObservationStale"
-
-    cycle_id: str
-    reason: str
-    at: str
 
 
 # --- reflection -------------------------------------------------------------------------------------------
@@ -282,12 +281,8 @@ class ReflectionFailed(DomainEvent):
     failed_at: str
 
 
-class ReflectionStale(DomainEvent):
+class ReflectionStale(StaleOutcome):
     event_type: ClassVar[str] = "ReflectionStale"
-
-    cycle_id: str
-    reason: str
-    at: str
 
 
 # --- metadata ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ Stale results, buffer-run starts, extraction and bookkeeping events have no Mast
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -127,39 +128,25 @@ def event_parts(
         raise ValueError(f"{event.event_type} parts need the state before the event")
     ids = {"recordId": after.stream_id, "threadId": after.thread_id}
     if isinstance(event, ObservationBufferRequested):
-        return [
-            frame(
-                BUFFERING_START,
-                event.cycle_id,
-                {
-                    "cycleId": event.cycle_id,
-                    "operationType": "observation",
-                    "startedAt": event.requested_at,
-                    "tokensToBuffer": event.message_tokens,
-                    **ids,
-                    "threadIds": _thread_ids(after),
-                    "config": _config(config, after),
-                },
-            )
-        ]
+        start = _Start("observation", event.requested_at, "tokensToBuffer", event.message_tokens)
+        return [_start_part(BUFFERING_START, event.cycle_id, start, ids, after, config)]
     if isinstance(event, ObservationBufferCompleted):
         assert before is not None
         return [
-            frame(
+            _end_part(
                 BUFFERING_END,
                 event.cycle_id,
+                "observation",
+                event.completed_at,
+                event.duration_ms,
                 {
-                    "cycleId": event.cycle_id,
-                    "operationType": "observation",
-                    "completedAt": event.completed_at,
-                    "durationMs": event.duration_ms,
                     "tokensBuffered": event.message_tokens,
                     "bufferedTokens": after.chunk_observation_tokens,
                     "observations": event.observations,
                     "extractedValues": dict(event.extracted),
                     "extractionFailures": dict(event.extraction_failures),
-                    **ids,
                 },
+                ids,
             )
         ]
     if isinstance(event, ObservationBufferFailed):
@@ -178,31 +165,17 @@ def event_parts(
             )
         ]
     if isinstance(event, SyncObservationStarted):
-        return [
-            frame(
-                OBSERVATION_START,
-                event.cycle_id,
-                {
-                    "cycleId": event.cycle_id,
-                    "operationType": "observation",
-                    "startedAt": event.started_at,
-                    "tokensToObserve": event.message_tokens,
-                    **ids,
-                    "threadIds": _thread_ids(after),
-                    "config": _config(config, after),
-                },
-            )
-        ]
+        start = _Start("observation", event.started_at, "tokensToObserve", event.message_tokens)
+        return [_start_part(OBSERVATION_START, event.cycle_id, start, ids, after, config)]
     if isinstance(event, SyncObservationCompleted):
         return [
-            frame(
+            _end_part(
                 OBSERVATION_END,
                 event.cycle_id,
+                "observation",
+                event.completed_at,
+                event.duration_ms,
                 {
-                    "cycleId": event.cycle_id,
-                    "operationType": "observation",
-                    "completedAt": event.completed_at,
-                    "durationMs": event.duration_ms,
                     "tokensObserved": event.message_tokens,
                     "observationTokens": event.observation_tokens,
                     "observations": event.observations,
@@ -210,8 +183,8 @@ def event_parts(
                     "suggestedResponse": event.suggested_response,
                     "extractedValues": dict(event.extracted),
                     "extractionFailures": dict(event.extraction_failures),
-                    **ids,
                 },
+                ids,
             )
         ]
     if isinstance(event, SyncObservationFailed):
@@ -231,50 +204,37 @@ def event_parts(
         ]
     if isinstance(event, ReflectionRequested):
         buffered = event.mode == "buffered"
-        return [
-            frame(
-                BUFFERING_START if buffered else OBSERVATION_START,
-                event.cycle_id,
-                {
-                    "cycleId": event.cycle_id,
-                    "operationType": "reflection",
-                    "startedAt": event.requested_at,
-                    ("tokensToBuffer" if buffered else "tokensToObserve"): event.input_tokens,
-                    **ids,
-                    "threadIds": _thread_ids(after),
-                    "config": _config(config, after),
-                },
-            )
-        ]
+        key = "tokensToBuffer" if buffered else "tokensToObserve"
+        start = _Start("reflection", event.requested_at, key, event.input_tokens)
+        part_type = BUFFERING_START if buffered else OBSERVATION_START
+        return [_start_part(part_type, event.cycle_id, start, ids, after, config)]
     if isinstance(event, ReflectionBuffered):
         return [
-            frame(
+            _end_part(
                 BUFFERING_END,
                 event.cycle_id,
+                "reflection",
+                event.completed_at,
+                event.duration_ms,
                 {
-                    "cycleId": event.cycle_id,
-                    "operationType": "reflection",
-                    "completedAt": event.completed_at,
-                    "durationMs": event.duration_ms,
                     "tokensBuffered": event.input_tokens,
                     "bufferedTokens": event.tokens,
                     "observations": event.text,
                     "extractedValues": {},
                     "extractionFailures": {},
-                    **ids,
                 },
+                ids,
             )
         ]
     if isinstance(event, ReflectionCompleted):
         return [
-            frame(
+            _end_part(
                 OBSERVATION_END,
                 event.cycle_id,
+                "reflection",
+                event.completed_at,
+                event.duration_ms,
                 {
-                    "cycleId": event.cycle_id,
-                    "operationType": "reflection",
-                    "completedAt": event.completed_at,
-                    "durationMs": event.duration_ms,
                     "tokensObserved": event.input_tokens,
                     "observationTokens": event.tokens,
                     "observations": event.text,
@@ -282,8 +242,8 @@ def event_parts(
                     "suggestedResponse": after.suggested_response,
                     "extractedValues": {},
                     "extractionFailures": {},
-                    **ids,
                 },
+                ids,
             )
         ]
     if isinstance(event, ReflectionFailed):
@@ -370,6 +330,62 @@ def parts_for_events(
 
 
 # --- helpers ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Start:
+    operation: str
+    started_at: str
+    tokens_key: str
+    tokens: int
+
+
+def _start_part(
+    part_type: str,
+    cycle_id: str,
+    start: _Start,
+    ids: dict[str, Any],
+    after: RecordState,
+    config: MemoryConfig,
+) -> Part:
+    """A ``*-start`` part: what is about to be observed or reflected, and the configuration doing it."""
+    return frame(
+        part_type,
+        cycle_id,
+        {
+            "cycleId": cycle_id,
+            "operationType": start.operation,
+            "startedAt": start.started_at,
+            start.tokens_key: start.tokens,
+            **ids,
+            "threadIds": _thread_ids(after),
+            "config": _config(config, after),
+        },
+    )
+
+
+def _end_part(
+    part_type: str,
+    cycle_id: str,
+    operation: str,
+    completed_at: str,
+    duration_ms: float,
+    outcome: dict[str, Any],
+    ids: dict[str, Any],
+) -> Part:
+    """A ``*-end`` part: the cycle's identity and timing around what it produced."""
+    return frame(
+        part_type,
+        cycle_id,
+        {
+            "cycleId": cycle_id,
+            "operationType": operation,
+            "completedAt": completed_at,
+            "durationMs": duration_ms,
+            **outcome,
+            **ids,
+        },
+    )
 
 
 def _chunk_activations(

@@ -34,6 +34,7 @@ from om_core.domain.events import (
     ReflectionFailed,
     ReflectionRequested,
     ReflectionStale,
+    StaleOutcome,
     SyncObservationCompleted,
     SyncObservationFailed,
     SyncObservationStale,
@@ -508,9 +509,19 @@ def _buffer_failed(s: RecordState, e: ObservationBufferFailed) -> None:
     s.stats.observer_failures += 1
 
 
-def _buffer_stale(s: RecordState, e: ObservationBufferStale) -> None:
-    if s.buffer_in_flight is not None and s.buffer_in_flight.cycle_id == e.cycle_id:
-        s.buffer_in_flight = None
+_STALE_SLOTS: dict[type[StaleOutcome], str] = {
+    ObservationBufferStale: "buffer_in_flight",
+    SyncObservationStale: "sync_in_flight",
+    ReflectionStale: "reflection_in_flight",
+}
+
+
+def _stale(s: RecordState, e: StaleOutcome) -> None:
+    """Recorded, never applied: it only frees its kind's slot if its cycle still holds it."""
+    slot = _STALE_SLOTS[type(e)]
+    flight = getattr(s, slot)
+    if flight is not None and flight.cycle_id == e.cycle_id:
+        setattr(s, slot, None)
     s.stats.stale_results += 1
 
 
@@ -618,12 +629,6 @@ def _sync_failed(s: RecordState, e: SyncObservationFailed) -> None:
     s.sync_in_flight = None
     s.stats.observer_calls += e.attempts
     s.stats.observer_failures += 1
-
-
-def _sync_stale(s: RecordState, e: SyncObservationStale) -> None:
-    if s.sync_in_flight is not None and s.sync_in_flight.cycle_id == e.cycle_id:
-        s.sync_in_flight = None
-    s.stats.stale_results += 1
 
 
 def _reflection_requested(s: RecordState, e: ReflectionRequested) -> None:
@@ -758,12 +763,6 @@ def _reflection_failed(s: RecordState, e: ReflectionFailed) -> None:
         s.reflection_retry_after_tokens = e.observation_tokens
 
 
-def _reflection_stale(s: RecordState, e: ReflectionStale) -> None:
-    if s.reflection_in_flight is not None and s.reflection_in_flight.cycle_id == e.cycle_id:
-        s.reflection_in_flight = None
-    s.stats.stale_results += 1
-
-
 def _title_changed(s: RecordState, e: ThreadTitleChanged) -> None:
     s.title = e.new_title
 
@@ -789,18 +788,18 @@ _HANDLERS: dict[type[DomainEvent], Any] = {
     ObservationBufferStarted: _buffer_started,
     ObservationBufferCompleted: _buffer_completed,
     ObservationBufferFailed: _buffer_failed,
-    ObservationBufferStale: _buffer_stale,
+    ObservationBufferStale: _stale,
     ChunksActivated: _chunks_activated,
     SyncObservationStarted: _sync_started,
     SyncObservationCompleted: _sync_completed,
     SyncObservationFailed: _sync_failed,
-    SyncObservationStale: _sync_stale,
+    SyncObservationStale: _stale,
     ReflectionRequested: _reflection_requested,
     ReflectionBuffered: _reflection_buffered,
     ReflectionActivated: _reflection_activated,
     ReflectionCompleted: _reflection_completed,
     ReflectionFailed: _reflection_failed,
-    ReflectionStale: _reflection_stale,
+    ReflectionStale: _stale,
     ThreadTitleChanged: _title_changed,
     ValuesExtracted: _values_extracted,
     ContextReturnedOverBudget: _over_budget,

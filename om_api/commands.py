@@ -38,7 +38,11 @@ def serve(
     host: Annotated[str | None, typer.Option(help="Bind address (OM_HOST).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (OM_PORT).")] = None,
     embedded: Annotated[
-        bool, typer.Option("--embedded", help="SQLite and an in-process executor: no external services.")
+        bool,
+        typer.Option(
+            "--embedded",
+            help="An in-process Celery worker, and SQLite unless OM_DATABASE_URL says otherwise.",
+        ),
     ] = False,
     database_url: Annotated[str | None, typer.Option(help="OM_DATABASE_URL")] = None,
     workers: Annotated[int, typer.Option(min=1, help="uvicorn worker processes (not with --embedded).")] = 1,
@@ -50,7 +54,7 @@ def serve(
 
     from om_api.app import create_app
 
-    if embedded and database_url is None:
+    if embedded and database_url is None and "OM_DATABASE_URL" not in os.environ:
         database_url = "sqlite:///./.om/om.sqlite3"
     settings = _settings(host=host, port=port, database_url=database_url)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

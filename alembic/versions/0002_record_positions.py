@@ -9,6 +9,8 @@ Create Date: 2026-11-30
   state_cache.py).
 - ``pending_work``: chunks waiting or a cycle in flight, written with the state, so the idle sweep and the
   stuck-cycle recovery find their records through a partial index instead of parsing every state.
+- ``log``: the observation log's segments, written only by the commits that change the log; NULL means
+  the log is still inside ``state`` (every row written before this revision).
 - ``state`` becomes ``json`` on Postgres: the record is written on every append and read whole, never
   queried inside, and ``jsonb`` made the server parse it on the way in and rebuild its text on the way out.
   Where the server has lz4 it compresses the state (pglz took twice as long to write a 400 KB state).
@@ -50,9 +52,13 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("pending_work", sa.Boolean(), nullable=False, server_default=sa.false())
         )
+        batch.add_column(sa.Column("log", sa.JSON(), nullable=True))
     pending = _PENDING_POSTGRES if pg else _PENDING_SQLITE
     op.execute(f"UPDATE om_records SET position = {_LAST_POSITION}, pending_work = ({pending})")
     if pg:
+        op.execute(
+            "UPDATE om_records SET log = (state -> 'log')::json, state = state - 'log' WHERE state ? 'log'"
+        )
         op.execute("ALTER TABLE om_records ALTER COLUMN state TYPE json USING state::json")
         lz4 = op.get_bind().scalar(
             sa.text(
@@ -62,6 +68,12 @@ def upgrade() -> None:
         )
         if lz4:
             op.execute("ALTER TABLE om_records ALTER COLUMN state SET COMPRESSION lz4")
+            op.execute("ALTER TABLE om_records ALTER COLUMN log SET COMPRESSION lz4")
+    else:
+        op.execute(
+            "UPDATE om_records SET log = json_extract(state, '$.log'), state = json_remove(state, '$.log')"
+            " WHERE json_type(state, '$.log') IS NOT NULL"
+        )
     op.create_index(
         "ix_om_records_pending_work",
         "om_records",
@@ -74,8 +86,21 @@ def upgrade() -> None:
 def downgrade() -> None:
     pg = op.get_bind().dialect.name == "postgresql"
     op.drop_index("ix_om_records_pending_work", table_name="om_records")
+    # The log goes back inside the state. The window's messages are not in it, which the previous revision's
+    # code cannot know: an unknown key makes that code refuse the snapshot and fold the stream from its
+    # events instead, until its next append writes a whole snapshot again.
     if pg:
         op.execute("ALTER TABLE om_records ALTER COLUMN state TYPE jsonb USING state::jsonb")
+        op.execute(
+            "UPDATE om_records SET state = jsonb_set(state, '{log}', coalesce(log::jsonb, '[]'::jsonb))"
+            " || '{\"window_in_om_messages\": true}'::jsonb"
+        )
+    else:
+        op.execute(
+            "UPDATE om_records SET state = json_set(state, '$.log', json(coalesce(log, '[]')),"
+            " '$.window_in_om_messages', json('true'))"
+        )
     with op.batch_alter_table("om_records") as batch:
+        batch.drop_column("log")
         batch.drop_column("pending_work")
         batch.drop_column("position")

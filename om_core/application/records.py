@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from om_core.application.ports import ConcurrencyError, EventStore, ModelGateway, WorkDispatcher
 from om_core.application.state_cache import StateCache
@@ -27,7 +27,7 @@ from om_core.domain.events import (
     from_recorded,
     to_new_event,
 )
-from om_core.domain.state import RecordState, evolve, fold, initial_state, window_message
+from om_core.domain.state import LogSegment, RecordState, evolve, fold, initial_state, window_message
 from om_core.domain.timeutil import format_time
 from om_core.domain.tokens import TokenCounter, make_tokenizer
 
@@ -40,6 +40,7 @@ QUEUE_BUFFER = "om.buffer"
 QUEUE_MAINTENANCE = "om.maintenance"
 
 MAX_CONFLICT_RETRIES = 50
+_LOG_SEGMENTS = TypeAdapter(list[LogSegment])
 
 T = TypeVar("T")
 
@@ -162,6 +163,12 @@ def load_state(store: EventStore, stream_id: str, cache: StateCache | None = Non
         # written by an older shape of the state: snapshots are a cache, the events are the truth
         return replay_state(store, stream_id)
     state.version = stored.version
+    if stored.log is not None:
+        try:
+            state.log = _LOG_SEGMENTS.validate_json(stored.log)
+        except ValidationError:
+            return replay_state(store, stream_id)
+        state.mark_log_stored()
     if not any(m.kind == "message" for m in state.window):
         restored = _with_window_messages(store, state)
         if restored is None:
@@ -207,16 +214,21 @@ def replay_state(store: EventStore, stream_id: str, to_version: int | None = Non
 
 
 def snapshot_of(state: RecordState, tenant: str) -> StateSnapshot:
-    """The record's row. The window's messages stay out of it: they are rows of the message projection,
-    written in the same transaction, so an append writes a row whose size does not grow with the window.
-    Temporal markers, which have no message row, stay in."""
+    """The record's row, whose size does not grow with the conversation.
+
+    The window's messages stay out of it: they are rows of the message projection, written in the same
+    transaction (temporal markers, which have no message row, stay in). The observation log travels apart
+    and only when the row does not hold it already: most appends leave it alone.
+    """
     markers = [m for m in state.window if m.kind == "marker"]
+    log = None if state.log_matches_row() else _LOG_SEGMENTS.dump_json(state.log).decode()
     return StateSnapshot(
-        state=state.model_copy(update={"window": markers}).model_dump_json(),
+        state=state.model_copy(update={"window": markers, "log": []}).model_dump_json(),
         tenant=tenant,
         thread_id=state.thread_id,
         resource_id=state.resource_id,
         pending_work=state.has_work_pending,
+        log=log,
     )
 
 
@@ -379,6 +391,7 @@ def commit(deps: Deps, plan: Plan, *, metadata: Mapping[str, Any] | None = None)
         snapshot=snapshot_of(plan.state, tenant_of(stream_id)),
         tasks=plan.tasks,
     )
+    plan.state.mark_log_stored()
     deps.states.keep(stream_id, result.global_positions[-1], plan.state.fork())
     if plan.tasks:
         deps.dispatcher.dispatch(plan.tasks)

@@ -64,6 +64,8 @@ class StateSnapshot:
     resource_id: str | None
     # chunks waiting or a cycle in flight: the idle sweep and the stuck-cycle recovery look only at these
     pending_work: bool = False
+    # the observation log's segments as JSON text when this write changed them; None keeps what is stored
+    log: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,8 @@ class StoredSnapshot:
     state: str | None
     version: int
     position: int
+    # the log's segments when stored apart from ``state`` (None: inside it, or left out with ``state``)
+    log: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

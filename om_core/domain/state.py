@@ -207,9 +207,23 @@ class RecordState(_Model):
     # (the window list summed, its length then, the sum): the policy asks for P several times per decision
     _window_tokens: tuple[list[WindowMessage], int, int] | None = PrivateAttr(default=None)
 
+    # the segments the stored record row holds for this log (None: unknown, so the next write stores it):
+    # the row keeps the log apart and an append that leaves the log alone does not rewrite it
+    _log_in_row: list[LogSegment] | None = PrivateAttr(default=None)
+
     def __eq__(self, other: object) -> bool:
-        # the fields are the state; the memo above is not
+        # the fields are the state; the private bookkeeping is not
         return isinstance(other, RecordState) and self.__dict__ == other.__dict__
+
+    def log_matches_row(self) -> bool:
+        """Whether the stored row holds exactly this log (segments are never edited: identity suffices)."""
+        row = self._log_in_row
+        if row is None or len(row) != len(self.log):
+            return False
+        return all(a is b for a, b in zip(row, self.log, strict=True))
+
+    def mark_log_stored(self) -> None:
+        self._log_in_row = list(self.log)
 
     @property
     def pending_tokens(self) -> int:

@@ -15,7 +15,14 @@ from om_core.application.append import append_messages, configure_thread
 from om_core.application.context import ObservationFailedError, get_context
 from om_core.application.ports import MessageConflictError
 from om_core.application.projections import canonical, rebuild_projections, replay_context
-from om_core.application.records import Deps, RecordNotFoundError, load_state, replay_state, thread_stream_id
+from om_core.application.records import (
+    Deps,
+    RecordNotFoundError,
+    load_state,
+    replay_state,
+    snapshot_of,
+    thread_stream_id,
+)
 from om_core.bootstrap import build_inline
 from om_core.domain.config import ConfigError
 from om_core.domain.message_input import MessageValidationError
@@ -227,6 +234,11 @@ def test_a_record_read_back_from_its_row_and_message_rows_equals_a_fresh_fold(de
         assert canonical(uncached.to_json()) == canonical(replay_state(deps.store, stream).to_json())
     state = load_state(deps.store, stream)
     assert state.stats.activations + state.stats.sync_observations >= 1, "messages were observed meanwhile"
+    assert state.log, "observations reached the log"
+    # the row holds this log: the next write leaves it out; a change of the log puts it in again
+    assert snapshot_of(state, "a").log is None
+    assert snapshot_of(load_state(deps.store, stream, deps.states), "a").log is None
+    assert snapshot_of(replay_state(deps.store, stream), "a").log is not None
     assert any(m.kind == "marker" for m in state.window) and any(m.kind == "message" for m in state.window)
     stored = deps.store.load_snapshot(stream)
     assert stored is not None and stored.state is not None

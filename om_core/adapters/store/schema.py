@@ -169,6 +169,9 @@ records = sa.Table(
     # the global position of the last event the state covers: names the exact state (StoredSnapshot)
     sa.Column("position", sa.BigInteger(), nullable=False, server_default="0"),
     sa.Column("pending_work", sa.Boolean(), nullable=False, server_default=sa.false()),
+    # the observation log's segments, kept apart from ``state`` because they change only when observations
+    # are activated or reflected: an append that leaves them alone keeps the stored value (NULL: in state)
+    sa.Column("log", sa.JSON(), nullable=True),
 )
 sa.Index("ix_om_records_tenant_resource_id", records.c.tenant, records.c.resource_id)
 sa.Index(

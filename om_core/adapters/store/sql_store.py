@@ -419,6 +419,7 @@ class SqlEventStore(EventStore):
                 snapshot.resource_id,
                 _state_text(snapshot),
                 snapshot.pending_work,
+                snapshot.log,
             )
         if message_rows:
             (m,) = message_rows
@@ -700,20 +701,24 @@ class SqlEventStore(EventStore):
 
     def load_snapshot(self, stream_id: str, *, known_position: int | None = None) -> StoredSnapshot | None:
         if self._postgres:
-            found = self._run_on_driver(_POSTGRES_SNAPSHOT_SQL, (known_position, stream_id))
+            found = self._run_on_driver(_POSTGRES_SNAPSHOT_SQL, (known_position, known_position, stream_id))
             return StoredSnapshot(*found[0]) if found else None
-        text = sa.cast(records.c.state, sa.Text())
-        state = (
-            text
-            if known_position is None
-            else sa.case((records.c.position == known_position, None), else_=text)
-        )
-        query = sa.select(state.label("state"), records.c.version, records.c.position).where(
-            records.c.stream_id == stream_id
-        )
+
+        def unless_known(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
+            text = sa.cast(column, sa.Text())
+            if known_position is None:
+                return text
+            return sa.case((records.c.position == known_position, None), else_=text)
+
+        query = sa.select(
+            unless_known(records.c.state).label("state"),
+            records.c.version,
+            records.c.position,
+            unless_known(records.c.log).label("log"),
+        ).where(records.c.stream_id == stream_id)
         with _unavailable_on_connection_errors(), self._engine.connect() as conn:
             row = conn.execute(query).first()
-        return None if row is None else StoredSnapshot(row.state, row.version, row.position)
+        return None if row is None else StoredSnapshot(row.state, row.version, row.position, row.log)
 
     def replace_snapshot(self, stream_id: str, snapshot: StateSnapshot, version: int) -> None:
         params = _record_params(stream_id, snapshot, version)
@@ -1042,6 +1047,7 @@ def _record_params(stream_id: str, snapshot: StateSnapshot, version: int) -> dic
         "last_version": version,
         "state": _state_text(snapshot),
         "pending_work": snapshot.pending_work,
+        "log": snapshot.log,
     }
 
 
@@ -1055,17 +1061,19 @@ _RECORD_COLUMNS = (
     "updated_at",
     "position",
     "pending_work",
+    "log",
 )
 _RECORD_UPDATED = _RECORD_COLUMNS[1:]
 
 
 def _upsert_record(
     insert: Callable[[sa.Table], Any],
-    state: sa.ColumnElement[Any],
+    as_json: Callable[[BindParameter[str]], sa.ColumnElement[Any]],
     condition: sa.ColumnElement[bool],
     position: sa.ColumnElement[int] | None = None,
 ) -> sa.Insert:
-    """The inline projection written as of ``last_version``; replaces whatever the row held.
+    """The inline projection written as of ``last_version``; replaces whatever the row held, except a log
+    the write leaves out (NULL), which keeps the stored one.
 
     ``position`` defaults to the stream's last stored event, which is right once the events are in.
     """
@@ -1081,16 +1089,16 @@ def _upsert_record(
         sa.bindparam("thread_id", type_=sa.Text()),
         sa.bindparam("resource_id", type_=sa.Text()),
         sa.bindparam("last_version", type_=sa.BigInteger()),
-        state,
+        as_json(_state_param()),
         schema.UtcNow(),
         position,
         sa.bindparam("pending_work", type_=sa.Boolean()),
+        as_json(sa.bindparam("log", type_=sa.Text())),
     ).where(condition)
     statement = insert(records).from_select(list(_RECORD_COLUMNS), source)
-    upsert: sa.Insert = statement.on_conflict_do_update(
-        index_elements=[records.c.stream_id],
-        set_={name: statement.excluded[name] for name in _RECORD_UPDATED},
-    )
+    updated: dict[str, Any] = {name: statement.excluded[name] for name in _RECORD_UPDATED}
+    updated["log"] = sa.func.coalesce(statement.excluded.log, records.c.log)
+    upsert: sa.Insert = statement.on_conflict_do_update(index_elements=[records.c.stream_id], set_=updated)
     return upsert
 
 
@@ -1102,14 +1110,22 @@ def _state_param() -> BindParameter[str]:
     return sa.bindparam("state", type_=sa.Text())
 
 
+def _sqlite_json(text: BindParameter[str]) -> sa.ColumnElement[Any]:
+    return sa.func.json(text)
+
+
+def _postgres_json(text: BindParameter[str]) -> sa.ColumnElement[Any]:
+    return sa.cast(text, postgresql.JSON())
+
+
 def _sqlite_upsert_record() -> sa.Insert:
     # SQLite cannot tell an upsert's ON CONFLICT from a join constraint after INSERT ... SELECT unless the
     # SELECT has a WHERE clause, hence the WHERE true.
-    return _upsert_record(sqlite.insert, sa.func.json(_state_param()), sa.true())
+    return _upsert_record(sqlite.insert, _sqlite_json, sa.true())
 
 
 def _postgres_upsert_record() -> sa.Insert:
-    return _upsert_record(postgresql.insert, sa.cast(_state_param(), postgresql.JSON()), sa.true())
+    return _upsert_record(postgresql.insert, _postgres_json, sa.true())
 
 
 def _sqlite_insert_tasks() -> sa.Insert:
@@ -1177,7 +1193,7 @@ def _postgres_append_statement(with_snapshot: bool, with_messages: bool, with_ta
         dependent.append(
             _upsert_record(
                 postgresql.insert,
-                sa.cast(_state_param(), postgresql.JSON()),
+                _postgres_json,
                 appended,
                 sa.select(sa.func.max(inserted.c.global_position)).scalar_subquery(),
             ).cte("rec")
@@ -1264,14 +1280,16 @@ def _tasks_document(tasks: Sequence[TaskRequest]) -> str:
 # Read on every request: a position equal to the caller's means it holds that state already (a NULL
 # position compares as unknown, so the document comes back).
 _POSTGRES_SNAPSHOT_SQL = (
-    "SELECT CASE WHEN position = %s::bigint THEN NULL ELSE state::text END, version, position"
+    "SELECT CASE WHEN position = %s::bigint THEN NULL ELSE state::text END, version, position,"
+    " CASE WHEN position = %s::bigint THEN NULL ELSE log::text END"
     " FROM om_records WHERE stream_id = %s::text"
 )
 
 _RECORD_UPSERT_SET = (
     "ON CONFLICT (stream_id) DO UPDATE SET tenant = excluded.tenant, thread_id = excluded.thread_id,"
     " resource_id = excluded.resource_id, version = excluded.version, state = excluded.state,"
-    " updated_at = excluded.updated_at, position = excluded.position, pending_work = excluded.pending_work"
+    " updated_at = excluded.updated_at, position = excluded.position, pending_work = excluded.pending_work,"
+    " log = coalesce(excluded.log, om_records.log)"
 )
 
 
@@ -1281,11 +1299,11 @@ def _postgres_append_one_sql(with_snapshot: bool, with_message: bool, with_tasks
 
     stream id, new version, event id, type, schema version, data and metadata (JSON text), then expected
     version, stream id and expected version again for the check; then, with a snapshot, its tenant,
-    thread id, resource id, state (JSON text) and whether work is pending; then, with a message row, its
-    id, seq, tenant, thread id, resource id, role, created at, tokens, content hash, message (JSON text)
-    and search text; then, with tasks, the JSON document of the outbox rows. Every parameter carries an
-    explicit cast, so the statement is the same whatever Python type psycopg picks for a value (int2/int4/
-    int8, NULL).
+    thread id, resource id, state (JSON text), whether work is pending and the log (JSON text or NULL);
+    then, with a message row, its id, seq, tenant, thread id, resource id, role, created at, tokens, content
+    hash, message (JSON text) and search text; then, with tasks, the JSON document of the outbox rows.
+    Every parameter carries an explicit cast, so the statement is the same whatever Python type psycopg
+    picks for a value (int2/int4/int8, NULL).
 
     The compare-and-set: version ``expected`` must exist (a gap is a conflict too), and the unique
     ``(stream_id, stream_version)`` key refuses ``expected + 1`` if someone else wrote it meanwhile. The
@@ -1303,9 +1321,9 @@ def _postgres_append_one_sql(with_snapshot: bool, with_message: bool, with_tasks
     if with_snapshot:
         parts.append(
             ", rec AS (INSERT INTO om_records"
-            " (stream_id, tenant, thread_id, resource_id, version, state, updated_at, position, pending_work)"
-            " SELECT ev.stream_id, %s::text, %s::text, %s::text, ev.stream_version, %s::json, now(),"
-            " ev.global_position, %s::boolean FROM ev " + _RECORD_UPSERT_SET + ")"
+            " (stream_id, tenant, thread_id, resource_id, version, state, updated_at, position, pending_work,"
+            " log) SELECT ev.stream_id, %s::text, %s::text, %s::text, ev.stream_version, %s::json, now(),"
+            " ev.global_position, %s::boolean, %s::json FROM ev " + _RECORD_UPSERT_SET + ")"
         )
     if with_message:
         parts.append(

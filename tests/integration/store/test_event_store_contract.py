@@ -69,13 +69,14 @@ def message_event(
     )
 
 
-def snapshot(pending_work: bool = False, **state: Any) -> StateSnapshot:
+def snapshot(pending_work: bool = False, log: str | None = None, **state: Any) -> StateSnapshot:
     return StateSnapshot(
         state=state or {"k": 1},
         tenant="acme",
         thread_id="th-1",
         resource_id="res-1",
         pending_work=pending_work,
+        log=log,
     )
 
 
@@ -362,6 +363,26 @@ class EventStoreContract:
         many = store.append(stream, [event(2), message_event("m2")], 1, snapshot=snapshot(step=2))
         loaded = store.load_snapshot(stream)
         assert loaded is not None and (loaded.version, loaded.position) == (3, many.global_positions[-1])
+
+    def test_a_write_without_a_log_keeps_the_stored_one(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        store.append(stream, [event(1)], 0, snapshot=snapshot(step=1, log='[{"text": "a"}]'))
+        second = store.append(stream, [message_event("m1")], 1, snapshot=snapshot(step=2))
+        loaded = store.load_snapshot(stream)
+        assert loaded is not None and loaded.state is not None and loaded.log is not None
+        assert (json.loads(loaded.state), json.loads(loaded.log)) == ({"step": 2}, [{"text": "a"}])
+        unchanged = store.load_snapshot(stream, known_position=second.global_positions[-1])
+        assert unchanged is not None and (unchanged.state, unchanged.log) == (None, None)
+        store.append(stream, [event(3), event(4)], 2, snapshot=snapshot(step=3, log='[{"text": "b"}]'))
+        loaded = store.load_snapshot(stream)
+        assert loaded is not None and loaded.log is not None and json.loads(loaded.log) == [{"text": "b"}]
+        store.replace_snapshot(stream, snapshot(step=4, log="[]"), 4)
+        loaded = store.load_snapshot(stream)
+        assert loaded is not None and loaded.log == "[]"
+        fresh = new_stream()
+        store.append(fresh, [event(1)], 0, snapshot=snapshot(step=1))
+        loaded = store.load_snapshot(fresh)
+        assert loaded is not None and loaded.log is None
 
     def test_a_reader_holding_the_current_position_gets_no_document(self, store: SqlEventStore) -> None:
         stream = new_stream()

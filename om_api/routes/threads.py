@@ -177,7 +177,10 @@ def get_thread(thread_id: ThreadId, deps: DepsDep, tenant: Tenant) -> dict[str, 
 
 @router.delete("/{thread_id}", status_code=204, responses=_ERRORS, summary="erase the thread and its events")
 def delete_thread(thread_id: ThreadId, deps: DepsDep, tenant: Tenant) -> Response:
-    removed = deps.store.delete_stream(thread_stream_id(tenant, thread_id))
+    stream_id = thread_stream_id(tenant, thread_id)
+    removed = deps.store.delete_stream(stream_id)
+    # never needed again: a re-created thread gets new positions, which a held state can never match
+    deps.states.forget(stream_id)
     if removed == 0:
         raise not_found(thread_id)
     return Response(status_code=204)

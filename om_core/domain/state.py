@@ -301,10 +301,6 @@ class RecordState(_Model):
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RecordState:
-        return cls.model_validate(data)
-
 
 def initial_state(stream_id: str) -> RecordState:
     return RecordState(stream_id=stream_id)

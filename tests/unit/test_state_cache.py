@@ -54,3 +54,11 @@ def test_capacity_zero_holds_nothing_and_a_negative_one_is_refused() -> None:
     assert cache.position("a") is None
     with pytest.raises(ValueError, match="capacity"):
         StateCache(-1)
+
+
+def test_a_forgotten_stream_is_no_longer_held() -> None:
+    cache = StateCache(4)
+    cache.keep("a", 1, state("a", 1))
+    cache.forget("a")
+    cache.forget("never-held")
+    assert cache.position("a") is None and cache.take("a", 1) is None

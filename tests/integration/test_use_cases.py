@@ -235,6 +235,7 @@ def test_a_record_read_back_from_its_row_and_message_rows_equals_a_fresh_fold(de
     state = load_state(deps.store, stream)
     assert state.stats.activations + state.stats.sync_observations >= 1, "messages were observed meanwhile"
     assert state.log, "observations reached the log"
+    assert state.generation >= 1, "a reflection replaced the log meanwhile"
     # the row holds this log: the next write leaves it out; a change of the log puts it in again
     assert snapshot_of(state, "a").log is None
     assert snapshot_of(load_state(deps.store, stream, deps.states), "a").log is None

@@ -24,14 +24,23 @@ JSON = dict[str, Any]
 
 
 class OMError(Exception):
+    """An error answer. ``retry_after`` (seconds) is set when the server says when to try again: a rate
+    limit (429) or a store or observation that is unavailable for now (503)."""
+
     def __init__(
-        self, status: int, code: str, message: str, details: Mapping[str, Any] | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: Mapping[str, Any] | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
         self.details = dict(details or {})
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -47,11 +56,20 @@ class StreamPart:
 def _raise_for(response: httpx.Response) -> None:
     if response.is_success:
         return
+    retry_after = _retry_after(response.headers.get("retry-after"))
     try:
         error = response.json()["error"]
-        raise OMError(response.status_code, str(error["code"]), str(error["message"]), error.get("details"))
+        code, message, details = str(error["code"]), str(error["message"]), error.get("details")
     except (ValueError, KeyError, TypeError):
-        raise OMError(response.status_code, "http_error", response.text[:500]) from None
+        raise OMError(response.status_code, "http_error", response.text[:500], None, retry_after) from None
+    raise OMError(response.status_code, code, message, details, retry_after)
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: the server only sends seconds
 
 
 def _t(thread_id: str) -> str:

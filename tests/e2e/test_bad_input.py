@@ -344,3 +344,22 @@ def test_a_tenant_over_its_rate_limit_gets_429_and_stores_nothing(pg_url: str) -
         assert sorted(stored) == ["r0", "r1"]
     finally:
         dispatcher.close()
+
+
+def test_the_python_client_reports_when_to_retry() -> None:
+    import httpx
+
+    from om_api.client import OMError, _raise_for
+
+    limited = httpx.Response(
+        429,
+        headers={"Retry-After": "2"},
+        json={"error": {"code": "rate_limited", "message": "slow down", "details": {"retry_after_s": 1.5}}},
+    )
+    with pytest.raises(OMError) as raised:
+        _raise_for(limited)
+    assert (raised.value.status, raised.value.code, raised.value.retry_after) == (429, "rate_limited", 2.0)
+    assert raised.value.details == {"retry_after_s": 1.5}
+    with pytest.raises(OMError) as raised:
+        _raise_for(httpx.Response(502, text="bad gateway"))
+    assert (raised.value.code, raised.value.retry_after) == ("http_error", None)

@@ -18,9 +18,7 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,79 +30,30 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 
-from om_core.adapters.store.migrations import upgrade_to_head
+from om_workers.harness import om_server, scratch_postgres
 
-DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
+DEFAULT_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 PROFILE = "model: om-local/extractive\n"  # Mastra's default budgets (30k / 40k)
 KEY = "bench-key"
-STARTUP_TIMEOUT_S = 90.0
-
-
-@contextmanager
-def scratch_database(server: str) -> Iterator[str]:
-    name = f"om_api_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = server.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + f"/{name}"
-    try:
-        upgrade_to_head(url)
-        yield url
-    finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @contextmanager
 def running_server(url: str, broker_url: str) -> Iterator[str]:
-    """``om serve`` on a free loopback port, stopped (and its log shown on failure) afterwards."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    """``om serve`` over ``url``, stopped (and its log shown on failure) afterwards."""
     with tempfile.TemporaryDirectory(prefix="om-api-bench-") as scratch:
         profile = Path(scratch) / "profile.yaml"
         profile.write_text(PROFILE)
-        log_path = Path(scratch) / "server.log"
         env = {
             **os.environ,
             "OM_DATABASE_URL": url,
             "OM_BROKER_URL": broker_url,
             "OM_API_KEYS": f"{KEY}=bench",
             "OM_PROFILE": str(profile),
-            "OM_HOST": "127.0.0.1",
-            "OM_PORT": str(port),
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         }
-        with log_path.open("wb") as log:
-            server = subprocess.Popen(
-                [sys.executable, "-m", "om_api.cli", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT
-            )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            _wait_until_up(base, server, log_path)
+        with om_server(["serve"], env, Path(scratch) / "server.log") as base:
             yield base
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-
-
-def _wait_until_up(base: str, server: subprocess.Popen[bytes], log_path: Path) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"om serve exited with {server.returncode}:\n{log_path.read_text()}")
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"om serve did not answer within {STARTUP_TIMEOUT_S:.0f} s:\n{log_path.read_text()}")
 
 
 def client_run(base: str, turns: int, warmup: int, start: threading.Barrier, out: list[float]) -> None:
@@ -159,9 +108,9 @@ def main() -> None:
     parser.add_argument("--clients", default="1,32")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
-    server = args.database_url.replace("postgresql+psycopg://", "postgresql://")
+    server = args.database_url.replace("postgresql://", "postgresql+psycopg://")
     results = []
-    with scratch_database(server) as url, running_server(url, args.broker_url) as base:
+    with scratch_postgres(server, "om_api_bench") as url, running_server(url, args.broker_url) as base:
         for clients in (int(c) for c in args.clients.split(",")):
             per_client = args.turns if clients == 1 else max(20, args.turns // clients * 2)
             results.append(measure(base, clients, per_client))

@@ -54,8 +54,6 @@ def serve(
 
     from om_api.app import create_app
 
-    if embedded and database_url is None and "OM_DATABASE_URL" not in os.environ:
-        database_url = "sqlite:///./.om/om.sqlite3"
     settings = _settings(host=host, port=port, database_url=database_url)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if not settings.auth_enabled:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import sqlalchemy as sa
 
 T = TypeVar("T")
@@ -43,6 +44,52 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def om_server(
+    args: list[str], env: Mapping[str, str], log_path: Path, timeout: float = 90.0
+) -> Iterator[str]:
+    """``om <args>`` (``serve`` and its options) on a free loopback port; yields its base URL once
+    ``/healthz`` answers, and stops it afterwards. Fails with the server's log if it exits or never
+    answers, and if it stops with an error."""
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "om_api.cli", *args],
+            env={**env, "OM_HOST": "127.0.0.1", "OM_PORT": str(port)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError(
+                    f"om {' '.join(args)} exited with {server.returncode}:\n{log_path.read_text()}"
+                )
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"om {' '.join(args)} did not answer in {timeout:.0f} s:\n{log_path.read_text()}"
+                )
+            time.sleep(0.1)
+        yield base
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    if server.returncode > 0:
+        raise RuntimeError(f"om {' '.join(args)} stopped with {server.returncode}:\n{log_path.read_text()}")
 
 
 @contextlib.contextmanager

@@ -9,8 +9,10 @@ Create Date: 2026-11-30
   state_cache.py).
 - ``pending_work``: chunks waiting or a cycle in flight, written with the state, so the idle sweep and the
   stuck-cycle recovery find their records through a partial index instead of parsing every state.
-- ``log``: the observation log's segments, written only by the commits that change the log; NULL means
-  the log is still inside ``state`` (every row written before this revision).
+- ``log``: the observation log's segments, written only by the commits that change the log; the logs of
+  existing rows move there.
+- The window's messages leave ``state``: they are rows of ``om_messages`` already, which reads put back.
+  Temporal markers, which have no such row, stay.
 - ``state`` becomes ``json`` on Postgres: the record is written on every append and read whole, never
   queried inside, and ``jsonb`` made the server parse it on the way in and rebuild its text on the way out.
   Where the server has lz4 it compresses the state (pglz took twice as long to write a 400 KB state).
@@ -59,6 +61,11 @@ def upgrade() -> None:
         op.execute(
             "UPDATE om_records SET log = (state -> 'log')::json, state = state - 'log' WHERE state ? 'log'"
         )
+        op.execute(
+            "UPDATE om_records SET state = jsonb_set(state, '{window}',"
+            " jsonb_path_query_array(state, '$.window[*] ? (@.kind == \"marker\")'))"
+            " WHERE jsonb_typeof(state -> 'window') = 'array'"
+        )
         op.execute("ALTER TABLE om_records ALTER COLUMN state TYPE json USING state::json")
         lz4 = op.get_bind().scalar(
             sa.text(
@@ -73,6 +80,11 @@ def upgrade() -> None:
         op.execute(
             "UPDATE om_records SET log = json_extract(state, '$.log'), state = json_remove(state, '$.log')"
             " WHERE json_type(state, '$.log') IS NOT NULL"
+        )
+        op.execute(
+            "UPDATE om_records SET state = json_set(state, '$.window', (SELECT json_group_array(json(value))"
+            " FROM json_each(om_records.state, '$.window') WHERE json_extract(value, '$.kind') = 'marker'))"
+            " WHERE json_type(state, '$.window') = 'array'"
         )
     op.create_index(
         "ix_om_records_pending_work",

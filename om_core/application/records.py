@@ -169,11 +169,10 @@ def load_state(store: EventStore, stream_id: str, cache: StateCache | None = Non
         except ValidationError:
             return replay_state(store, stream_id)
         state.mark_log_stored()
-    if not any(m.kind == "message" for m in state.window):
-        restored = _with_window_messages(store, state)
-        if restored is None:
-            return replay_state(store, stream_id)
-        state = restored
+    restored = _with_window_messages(store, state)
+    if restored is None:
+        return replay_state(store, stream_id)
+    state = restored
     if cache is None:
         return state
     cache.keep(stream_id, stored.position, state)

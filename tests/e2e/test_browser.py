@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -18,14 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from om_workers.harness import om_server
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _call(base: str, method: str, path: str, body: object | None = None) -> dict[str, object]:
@@ -39,38 +33,17 @@ def _call(base: str, method: str, path: str, body: object | None = None) -> dict
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
-    port = _free_port()
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps({"model": "om-local/extractive", "observation": {"messageTokens": 300}}))
     env = {
         **os.environ,
         "OM_AUTH": "disabled",
-        "OM_PORT": str(port),
         "OM_PROFILE": str(profile),
         "OM_DATABASE_URL": f"sqlite:///{tmp_path / 'om.sqlite3'}",
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "om_api.cli", "serve", "--embedded"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "serve.log").open("w"),
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                _call(base, "GET", "/healthz")
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise AssertionError((tmp_path / "serve.log").read_text()) from None
-                time.sleep(0.3)
+    with om_server(["serve", "--embedded"], env, tmp_path / "serve.log") as base:
         yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def test_the_page_shows_a_threads_windows_and_log(server: str, tmp_path: Path) -> None:

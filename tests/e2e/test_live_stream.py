@@ -3,7 +3,6 @@ data-om-* part, in order, exactly once across forced reconnects (Last-Event-ID),
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from om_core.application.records import Deps, record_config, thread_stream_id
 from om_core.domain.events import from_recorded
 from om_core.domain.parts import PART_TYPES, parts_for_events
 from om_core.domain.state import initial_state
+from om_workers.harness import free_port
 
 from .conftest import build
 
@@ -28,9 +28,7 @@ THREAD = "live"
 @pytest.fixture(scope="module")
 def server(pg_url: str) -> Iterator[tuple[str, Deps, Any]]:
     app, deps, dispatcher = build(pg_url)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)

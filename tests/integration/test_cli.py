@@ -74,20 +74,15 @@ def test_help_does_not_import_litellm() -> None:
 def test_serve_with_several_processes_answers_turns(tmp_path: Path) -> None:
     """`om serve --workers 2`: each uvicorn process builds its app from the environment, on Postgres and
     Redis; turns go through whichever process answers."""
-    import socket
-    import time
-
     import httpx
 
     from om_core.adapters.store.migrations import upgrade_to_head
+    from om_workers.harness import om_server
     from tests.integration.store.conftest import create_postgres_database, drop_postgres_database
 
     url = create_postgres_database("om_test_serve")
     try:
         upgrade_to_head(url)
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
         profile = tmp_path / "profile.yaml"
         profile.write_text("model: om-local/extractive\n")
         env = {
@@ -96,27 +91,9 @@ def test_serve_with_several_processes_answers_turns(tmp_path: Path) -> None:
             "OM_BROKER_URL": os.environ.get("OM_TEST_BROKER_URL", "redis://127.0.0.1:6379/0"),
             "OM_API_KEYS": "serve-key=acme",
             "OM_PROFILE": str(profile),
-            "OM_PORT": str(port),
         }
-        log = (tmp_path / "serve.log").open("wb")
-        server = subprocess.Popen(
-            [*OM, "serve", "--workers", "2", "--database-url", url],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 90
-            while True:
-                assert server.poll() is None, (tmp_path / "serve.log").read_text()
-                try:
-                    if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
-                time.sleep(0.2)
+        args = ["serve", "--workers", "2", "--database-url", url]
+        with om_server(args, env, tmp_path / "serve.log") as base:
             headers = {"Authorization": "Bearer serve-key"}
             with httpx.Client(base_url=base, headers=headers, timeout=30) as http:
                 for i in range(6):
@@ -126,10 +103,5 @@ def test_serve_with_several_processes_answers_turns(tmp_path: Path) -> None:
                     # a fresh connection may land on the other process: its cached state must not be stale
                     context = httpx.get(f"{base}/v1/threads/t1/context", headers=headers, timeout=30)
                     assert [m["id"] for m in context.json()["messages"]] == [f"m{j}" for j in range(i + 1)]
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
-            log.close()
-        assert server.returncode == 0 or server.returncode < 0
     finally:
         drop_postgres_database(url)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,15 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from om_workers.harness import free_port
+
 from .conftest import REDIS_URL
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_flower_starts_behind_basic_auth_and_refuses_to_start_without_it(tmp_path: Path) -> None:

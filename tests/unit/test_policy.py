@@ -467,6 +467,19 @@ def test_sync_observation_supersedes_a_running_buffer_and_moves_the_cursor() -> 
 # --- reflection -----------------------------------------------------------------------------------------
 
 
+def reflection_requested(mode: str, line_count: int, input_tokens: int, target_tokens: int) -> DomainEvent:
+    """Cycle ``r1`` asks to reflect the first ``line_count`` lines of generation 0."""
+    return ReflectionRequested(
+        cycle_id="r1",
+        mode=mode,
+        generation=0,
+        line_count=line_count,
+        input_tokens=input_tokens,
+        target_tokens=target_tokens,
+        requested_at=format_time(NOW),
+    )
+
+
 def _log_state(lines: int, tokens_per_line: int) -> RecordState:
     state = with_messages([100])
     text = "\n".join(f"* 🔴 (12:00) fact {i}" for i in range(lines))
@@ -521,15 +534,7 @@ def test_buffered_reflection_activates_keeping_newer_lines_and_chunks() -> None:
     state = fold(
         state,
         [
-            ReflectionRequested(
-                cycle_id="r1",
-                mode="buffered",
-                generation=0,
-                line_count=333,
-                input_tokens=19_980,
-                target_tokens=14_985,
-                requested_at=format_time(NOW),
-            ),
+            reflection_requested("buffered", 333, 19_980, 14_985),
             ReflectionBuffered(
                 cycle_id="r1",
                 generation=0,
@@ -575,15 +580,7 @@ def test_scenario_26_identical_over_threshold_retry_is_suppressed() -> None:
     state = fold(
         state,
         [
-            ReflectionRequested(
-                cycle_id="r1",
-                mode="sync",
-                generation=0,
-                line_count=50,
-                input_tokens=1_500,
-                target_tokens=1_000,
-                requested_at=format_time(NOW),
-            ),
+            reflection_requested("sync", 50, 1_500, 1_000),
             ReflectionCompleted(
                 cycle_id="r1",
                 new_generation=1,
@@ -609,15 +606,7 @@ def test_a_failed_sync_reflection_is_suppressed_at_the_same_size() -> None:
     state = fold(
         state,
         [
-            ReflectionRequested(
-                cycle_id="r1",
-                mode="sync",
-                generation=0,
-                line_count=50,
-                input_tokens=1_500,
-                target_tokens=1_000,
-                requested_at=format_time(NOW),
-            ),
+            reflection_requested("sync", 50, 1_500, 1_000),
             ReflectionFailed(
                 cycle_id="r1",
                 mode="sync",

@@ -21,9 +21,10 @@ from typing import Any, Literal
 
 from om_api import queries
 from om_api.errors import ApiError
-from om_core.application.ports import EventStore, StoredMessage
+from om_core.application.ports import EventStore
 from om_core.application.records import thread_stream_id
 from om_core.application.vector_index import GroupHit
+from om_core.domain.envelope import StoredMessage
 
 MAX_PAGE = 50
 MAX_LIMIT = 20

@@ -35,14 +35,15 @@ from om_core.application.ports import (
     ModelRequest,
     ModelResponse,
     OutboxTask,
-    StoredMessage,
 )
+from om_core.application.records import REPLAY_LISTENERS
 from om_core.domain.envelope import (
     AppendResult,
     IndexedGroup,
     NewEvent,
     RecordedEvent,
     StateSnapshot,
+    StoredMessage,
     StoredMessageRef,
     StoredSnapshot,
     TaskRequest,
@@ -67,6 +68,24 @@ OUTBOX_DEPTH = Gauge("om_outbox_depth", "Outbox rows not yet published (as last 
 OUTBOX_PUBLISHED = Counter("om_outbox_published_total", "Task requests handed to the broker", ["via"])
 PUBLISH_FAILURES = Counter("om_publish_failures_total", "Publishes the broker refused", ["via"])
 MAINTENANCE = Counter("om_maintenance_total", "Beat scan results", ["scan", "result"])
+STATE_REPLAYS = Counter(
+    "om_state_replays_total",
+    "Record reads that folded the stream from its events instead of reading its row (normally none)",
+    ["reason"],
+)
+ERASED_WORK = Counter(
+    "om_erased_work_total", "Tasks that found their record erased and did nothing", ["task"]
+)
+
+
+def _count_replay(_stream_id: str, reason: str) -> None:
+    STATE_REPLAYS.labels(reason=reason).inc()
+
+
+def watch_state_replays() -> None:
+    """Count this process's replays on the read path (``om_state_replays_total``)."""
+    if _count_replay not in REPLAY_LISTENERS:
+        REPLAY_LISTENERS.append(_count_replay)
 
 
 def metrics_registry() -> CollectorRegistry:
@@ -137,12 +156,20 @@ class MeteredEventStore(EventStore):
         events: Sequence[NewEvent],
         expected_version: int,
         *,
+        expected_position: int | None = None,
         snapshot: StateSnapshot | None = None,
         tasks: Sequence[TaskRequest] = (),
     ) -> AppendResult:
         started = time.perf_counter()
         try:
-            result = self.inner.append(stream_id, events, expected_version, snapshot=snapshot, tasks=tasks)
+            result = self.inner.append(
+                stream_id,
+                events,
+                expected_version,
+                expected_position=expected_position,
+                snapshot=snapshot,
+                tasks=tasks,
+            )
         except ConcurrencyError:
             APPENDS.labels(outcome="conflict").inc()
             raise
@@ -193,9 +220,6 @@ class MeteredEventStore(EventStore):
             stream_id, thread_id=thread_id, cursor=cursor, backward=backward, limit=limit
         )
 
-    def read_messages_after(self, stream_id: str, seq: int) -> list[StoredMessage]:
-        return self.inner.read_messages_after(stream_id, seq)
-
     def list_stream_ids(self, prefix: str = "", *, after: str = "", limit: int = 1000) -> list[str]:
         return self.inner.list_stream_ids(prefix, after=after, limit=limit)
 
@@ -217,8 +241,8 @@ class MeteredEventStore(EventStore):
     def list_streams_with_pending_work(self, *, after: str = "", limit: int = 500) -> list[str]:
         return self.inner.list_streams_with_pending_work(after=after, limit=limit)
 
-    def upsert_indexed_groups(self, groups: Sequence[IndexedGroup]) -> None:
-        self.inner.upsert_indexed_groups(groups)
+    def upsert_indexed_groups(self, groups: Sequence[IndexedGroup], *, source_event_id: uuid.UUID) -> int:
+        return self.inner.upsert_indexed_groups(groups, source_event_id=source_event_id)
 
     def load_indexed_groups(
         self, tenant: str, *, stream_ids: Sequence[str] = (), resource_id: str | None = None

@@ -87,6 +87,7 @@ def build_worker_deps(app: Celery, settings: ServerSettings, *, migrate: bool = 
         state_cache_size=settings.state_cache_size,
     )
     deps.store = metrics.MeteredEventStore(deps.store)
+    metrics.watch_state_replays()
     dispatcher.bind(deps.store)
     return deps
 

@@ -23,6 +23,7 @@ from om_core.application.records import (
     commit,
     load_state,
     new_cycle_id,
+    request_event_id,
     retry_on_conflict,
     thread_stream_id,
 )
@@ -78,7 +79,8 @@ def observe_now(deps: Deps, *, tenant: str, thread_id: str, wait: bool = True) -
                     message_tokens=sum(m.tokens for m in window),
                     trigger="manual",
                     started_at=stamp,
-                )
+                ),
+                event_id=request_event_id(stream_id, cycle),
             )
             plan.tasks.append(_task(stream_id, cycle, TASK_OBSERVE_SYNC, wait))
         version = commit(deps, plan)
@@ -113,7 +115,8 @@ def reflect_now(deps: Deps, *, tenant: str, thread_id: str, wait: bool = True) -
                 # a manual reflection condenses: aim below the current size even under the threshold
                 target_tokens=max(1, round(state.observation_tokens * 0.75)),
                 requested_at=format_time(deps.clock()),
-            )
+            ),
+            event_id=request_event_id(stream_id, cycle),
         )
         plan.tasks.append(_task(stream_id, cycle, TASK_REFLECT, wait))
         version = commit(deps, plan)

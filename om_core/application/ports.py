@@ -15,6 +15,7 @@ from om_core.domain.envelope import (
     NewEvent,
     RecordedEvent,
     StateSnapshot,
+    StoredMessage,
     StoredMessageRef,
     StoredSnapshot,
     TaskRequest,
@@ -77,23 +78,6 @@ class DuplicateMessageError(StoreError):
 
 
 @dataclass(frozen=True, slots=True)
-class StoredMessage:
-    """A row of the message projection."""
-
-    stream_id: str
-    message_id: str
-    seq: int
-    stream_version: int
-    thread_id: str | None
-    resource_id: str | None
-    role: str
-    created_at: datetime
-    tokens: int
-    content_hash: str
-    message: JSONDict
-
-
-@dataclass(frozen=True, slots=True)
 class OutboxTask:
     """A task request as the outbox holds it until the relay has published it."""
 
@@ -117,10 +101,17 @@ class EventStore(abc.ABC):
         events: Sequence[NewEvent],
         expected_version: int,
         *,
+        expected_position: int | None = None,
         snapshot: StateSnapshot | None = None,
         tasks: Sequence[TaskRequest] = (),
     ) -> AppendResult:
         """Append ``events`` if the stream is at ``expected_version`` (0 for a new stream).
+
+        With ``expected_position``, the event at ``expected_version`` must also be the one at that global
+        position: a writer that read a stream before it was erased can never append to the stream re-created
+        under the same id, even once that one reaches the same version. The event built on must still exist
+        when the append commits, so an append racing an erasure either lands before it (and is erased with
+        the rest) or fails with ConcurrencyError.
 
         The snapshot, the message projection and the outbox rows are written in the same transaction.
         Raises ConcurrencyError, DuplicateEventError or MessageConflictError; on any error nothing is written.
@@ -148,10 +139,12 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     def load_snapshot(self, stream_id: str, *, known_position: int | None = None) -> StoredSnapshot | None:
-        """The inline projection of a stream, the version it reflects and its last event's position.
+        """The inline projection of a stream, the version it reflects, its last event's position and the
+        window's message rows, all from one snapshot of the database: a concurrent append can never make the
+        row and the messages disagree.
 
-        When the snapshot is still the one of ``known_position``, its document is left out (``state`` is
-        None): a caller that holds that state already pays for one small row, not for the whole state.
+        When the snapshot is still the one of ``known_position``, its document and window are left out
+        (``state`` is None): a caller that holds that state already pays for one small row.
         """
 
     @abc.abstractmethod
@@ -164,8 +157,12 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     def delete_stream(self, stream_id: str) -> int:
-        """Erase a stream: its events, projection, messages, indexed groups and queued work. Returns events
-        removed."""
+        """Erase a stream: its events, projection, messages, indexed groups and outbox rows. Returns events
+        removed.
+
+        Final: an append or an index write in flight either commits before the erasure (and is erased with
+        the rest) or writes nothing, so once this returns nothing of the stream exists or comes back.
+        """
 
     # --- added with the SQL store: paging, projection rebuilds, outbox relay ---------------------------
 
@@ -185,10 +182,6 @@ class EventStore(abc.ABC):
         ``backward=True`` without a cursor is the latest ``limit`` messages. ``thread_id`` narrows a resource
         stream to one thread.
         """
-
-    @abc.abstractmethod
-    def read_messages_after(self, stream_id: str, seq: int) -> list[StoredMessage]:
-        """The stream's messages with a seq above ``seq``, in seq order: the unobserved window."""
 
     @abc.abstractmethod
     def list_stream_ids(self, prefix: str = "", *, after: str = "", limit: int = 1000) -> list[str]:
@@ -220,8 +213,12 @@ class EventStore(abc.ABC):
         raise NotImplementedError
 
     @abc.abstractmethod
-    def upsert_indexed_groups(self, groups: Sequence[IndexedGroup]) -> None:
-        """Store observation groups in the vector index, replacing any with the same (stream, group id)."""
+    def upsert_indexed_groups(self, groups: Sequence[IndexedGroup], *, source_event_id: uuid.UUID) -> int:
+        """Store observation groups in the vector index, replacing any with the same (stream, group id).
+
+        Only while the event they were written from (``source_event_id``) is stored: groups of an erased
+        stream are never written back. Returns how many were stored (0 when that event is gone).
+        """
 
     @abc.abstractmethod
     def load_indexed_groups(

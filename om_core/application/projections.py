@@ -58,9 +58,10 @@ def rebuild_projections(store: EventStore, *, verify_only: bool = False, prefix:
         same = (
             stored is not None
             and stored.version == rebuilt.version
+            and stored.position == rebuilt.position
             and _row_as_written(stored) == _row_as_written(expected)
             # the window's messages are read back from the message projection: it must hold them all
-            and [m.message_id for m in store.read_messages_after(stream_id, rebuilt.observed_seq)]
+            and [m.message_id for m in stored.window or ()]
             == [m.message_id for m in rebuilt.window if m.kind == "message"]
         )
         if same:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -16,7 +16,7 @@ from om_core.application.ports import ConcurrencyError, EventStore, ModelGateway
 from om_core.application.state_cache import StateCache
 from om_core.domain import policy
 from om_core.domain.config import MemoryConfig, merge_config_layers, parse_memory_config
-from om_core.domain.envelope import NewEvent, StateSnapshot, TaskRequest
+from om_core.domain.envelope import NewEvent, StateSnapshot, StoredMessage, TaskRequest
 from om_core.domain.events import (
     ChunksActivated,
     DomainEvent,
@@ -24,6 +24,7 @@ from om_core.domain.events import (
     ReflectionActivated,
     ReflectionRequested,
     SyncObservationStarted,
+    effect_event_id,
     from_recorded,
     to_new_event,
 )
@@ -117,6 +118,12 @@ def new_cycle_id(kind: str) -> str:
     return f"{kind}-{uuid.uuid4().hex[:16]}"
 
 
+def request_event_id(stream_id: str, cycle_id: str) -> uuid.UUID:
+    """The id of the event that started a cycle: a task finds it only in the lineage that requested it,
+    which is how work for an erased (and perhaps re-created) stream knows to do nothing."""
+    return effect_event_id(stream_id, cycle_id, "requested")
+
+
 @lru_cache(maxsize=256)
 def _parse_cached(canonical: str) -> MemoryConfig:
     return parse_memory_config(json.loads(canonical))
@@ -137,17 +144,24 @@ def counter_for(config: MemoryConfig) -> TokenCounter:
     return token_counter(config.tokenizer)
 
 
+# Called with (stream id, why) each time a read folds a stream from its events instead of reading its row:
+# metrics count them (in normal operation there are none, since every commit writes the row).
+REPLAY_LISTENERS: list[Callable[[str, str], None]] = []
+
+
 def load_state(store: EventStore, stream_id: str, cache: StateCache | None = None) -> RecordState:
     """The record's inline projection: one row, whatever the length of the stream. The caller owns it.
 
-    Every commit writes it in the same transaction as its events, so it is never behind them. A stream
-    without one (its projection was dropped) is folded from its events. With a ``cache`` that holds the
-    stream's current state, only the row's position is read.
+    Every commit writes it in the same transaction as its events, so it is never behind them, and the row
+    and the window's messages are read from one snapshot. A stream without one (its projection was
+    dropped, or written by an older shape of the state) is folded from its events. With a ``cache`` that
+    holds the stream's current state, only the row's position is read.
     """
     known = cache.position(stream_id) if cache is not None else None
     stored = store.load_snapshot(stream_id, known_position=known)
     if stored is None:
-        return replay_state(store, stream_id)
+        # an unknown stream is an empty state; a stream with events but no row is a dropped projection
+        return _replayed(store, stream_id, "no record row")
     if stored.state is None and cache is not None:
         held = cache.take(stream_id, stored.position)
         if held is not None:
@@ -155,23 +169,24 @@ def load_state(store: EventStore, stream_id: str, cache: StateCache | None = Non
         # evicted between the two calls
         stored = store.load_snapshot(stream_id)
         if stored is None:
-            return replay_state(store, stream_id)
+            return _replayed(store, stream_id, "no record row")
     assert stored.state is not None
     try:
         state = RecordState.model_validate_json(stored.state)
     except ValidationError:
         # written by an older shape of the state: snapshots are a cache, the events are the truth
-        return replay_state(store, stream_id)
+        return _replayed(store, stream_id, "state of an older shape")
     state.version = stored.version
+    state.position = stored.position
     if stored.log is not None:
         try:
             state.log = _LOG_SEGMENTS.validate_json(stored.log)
         except ValidationError:
-            return replay_state(store, stream_id)
+            return _replayed(store, stream_id, "log of an older shape")
         state.mark_log_stored()
-    restored = _with_window_messages(store, state)
+    restored = _with_window_messages(state, stored.window or ())
     if restored is None:
-        return replay_state(store, stream_id)
+        return _replayed(store, stream_id, "window rows incomplete")
     state = restored
     if cache is None:
         return state
@@ -179,10 +194,17 @@ def load_state(store: EventStore, stream_id: str, cache: StateCache | None = Non
     return state.fork()
 
 
-def _with_window_messages(store: EventStore, state: RecordState) -> RecordState | None:
+def _replayed(store: EventStore, stream_id: str, reason: str) -> RecordState:
+    state = replay_state(store, stream_id)
+    if state.version > 0:
+        for listener in REPLAY_LISTENERS:
+            listener(stream_id, reason)
+    return state
+
+
+def _with_window_messages(state: RecordState, rows: Sequence[StoredMessage]) -> RecordState | None:
     """The state with its unobserved messages put back from the message projection (``snapshot_of`` leaves
     them out), or None when the projection does not hold exactly the messages the window needs."""
-    rows = store.read_messages_after(state.stream_id, state.observed_seq)
     messages = [
         window_message(
             seq=row.seq,
@@ -209,6 +231,7 @@ def replay_state(store: EventStore, stream_id: str, to_version: int | None = Non
     state = initial_state(stream_id)
     if events:
         state = fold(state, [from_recorded(r) for r in events], version=events[-1].stream_version)
+        state.position = events[-1].global_position
     return state
 
 
@@ -228,6 +251,7 @@ def snapshot_of(state: RecordState, tenant: str) -> StateSnapshot:
         resource_id=state.resource_id,
         pending_work=state.has_work_pending,
         log=log,
+        observed_seq=state.observed_seq,
     )
 
 
@@ -241,6 +265,7 @@ class Plan:
 
     state: RecordState
     base_version: int = -1
+    base_position: int = 0
     # keep a copy of the state as it was just before the first event this says yes to (for callers that
     # describe that event relative to what came before it, e.g. the data parts of an activation)
     capture_before: Callable[[DomainEvent], bool] | None = None
@@ -254,6 +279,7 @@ class Plan:
     def __post_init__(self) -> None:
         if self.base_version < 0:
             self.base_version = self.state.version
+            self.base_position = self.state.position
 
     def add(self, event: DomainEvent, *, event_id: uuid.UUID | None = None) -> None:
         if self.prior is None and self.capture_before is not None and self.capture_before(event):
@@ -307,7 +333,8 @@ def plan_decisions(
                     pending_tokens=decision.pending_tokens,
                     trigger=decision.trigger,
                     requested_at=stamp,
-                )
+                ),
+                event_id=request_event_id(stream_id, cycle),
             )
             plan.tasks.append(_task(stream_id, cycle, TASK_OBSERVE_BUFFER, QUEUE_BUFFER))
         elif isinstance(decision, policy.ObserveSynchronously):
@@ -320,7 +347,8 @@ def plan_decisions(
                     message_tokens=decision.message_tokens,
                     trigger=decision.trigger,
                     started_at=stamp,
-                )
+                ),
+                event_id=request_event_id(stream_id, cycle),
             )
             plan.tasks.append(_task(stream_id, cycle, TASK_OBSERVE_SYNC, QUEUE_SYNC))
             plan.sync_cycle, plan.sync_task = cycle, TASK_OBSERVE_SYNC
@@ -335,7 +363,8 @@ def plan_decisions(
                     input_tokens=decision.input_tokens,
                     target_tokens=decision.target_tokens,
                     requested_at=stamp,
-                )
+                ),
+                event_id=request_event_id(stream_id, cycle),
             )
             queue = QUEUE_SYNC if decision.mode == "sync" else QUEUE_BUFFER
             plan.tasks.append(_task(stream_id, cycle, TASK_REFLECT, queue))
@@ -387,9 +416,11 @@ def commit(deps: Deps, plan: Plan, *, metadata: Mapping[str, Any] | None = None)
         stream_id,
         new_events,
         base_version,
+        expected_position=plan.base_position or None,
         snapshot=snapshot_of(plan.state, tenant_of(stream_id)),
         tasks=plan.tasks,
     )
+    plan.state.position = result.global_positions[-1]
     plan.state.mark_log_stored()
     deps.states.keep(stream_id, result.global_positions[-1], plan.state.fork())
     if plan.tasks:

@@ -63,7 +63,7 @@ def index_observations(deps: Deps, stream_id: str, cycle_id: str) -> int:
         threads = {g.range_start: refs[g.range_start].thread_id for g in groups if g.range_start in refs}
     embedder = config.retrieval.embedder
     embedded = deps.models.embed(EmbeddingRequest(model=embedder, texts=[g.text for g in groups]))
-    deps.store.upsert_indexed_groups(
+    return deps.store.upsert_indexed_groups(
         [
             IndexedGroup(
                 stream_id=stream_id,
@@ -79,9 +79,10 @@ def index_observations(deps: Deps, stream_id: str, cycle_id: str) -> int:
                 embedding=vector,
             )
             for group, vector in zip(groups, embedded.vectors, strict=True)
-        ]
+        ],
+        # written only while the outcome is stored: an erasure meanwhile leaves nothing behind
+        source_event_id=outcome.event_id,
     )
-    return len(groups)
 
 
 @dataclass

@@ -28,6 +28,7 @@ from om_core.application.records import (
     load_state,
     plan_decisions,
     record_config,
+    request_event_id,
     retry_on_conflict,
 )
 from om_core.application.reflector import ReflectorFailedError, reflect_observations
@@ -60,6 +61,8 @@ class WorkOutcome(enum.StrEnum):
     FAILED = "failed"
     STALE = "stale"
     DUPLICATE = "duplicate"
+    # the record was erased (and perhaps re-created: the cycle is not of its lineage): nothing is written
+    ERASED = "erased"
 
 
 class UnknownTaskError(ValueError):
@@ -96,6 +99,8 @@ def _record_outcome(
 
     def attempt() -> WorkOutcome:
         state = load_state(deps.store, stream_id, deps.states)
+        if not _of_this_lineage(deps, state, cycle_id):
+            return _erased(stream_id, cycle_id)
         config = record_config(deps.profile, state)
         events = build(state)
         plan = Plan(state)
@@ -122,6 +127,29 @@ def _record_outcome(
         return result
 
     return retry_on_conflict(attempt)
+
+
+def _of_this_lineage(deps: Deps, state: RecordState, cycle_id: str) -> bool:
+    """Whether the cycle was requested in the stream as it is now, not in one erased since.
+
+    A cycle in flight is, by definition. Any other needs a look-up of its request event (one index probe,
+    and only for stale results): an erasure removes it, and a stream re-created under the same id never
+    has it, since cycle ids are never reused.
+    """
+    if state.version == 0:
+        return False
+    if any(
+        flight is not None and flight.cycle_id == cycle_id
+        for flight in (state.buffer_in_flight, state.sync_in_flight, state.reflection_in_flight)
+    ):
+        return True
+    requested = deps.store.find_event(request_event_id(state.stream_id, cycle_id))
+    return requested is not None and requested.stream_id == state.stream_id
+
+
+def _erased(stream_id: str, cycle_id: str) -> WorkOutcome:
+    log.info("%s %s: the record was erased meanwhile; nothing to do", stream_id, cycle_id)
+    return WorkOutcome.ERASED
 
 
 def run_indexing(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
@@ -185,6 +213,8 @@ def _run_observation(deps: Deps, stream_id: str, cycle_id: str, kind: _Observati
         return kind.stale(cycle_id=cycle_id, reason=kind.stale_reason, at=format_time(deps.clock()))
 
     state = load_state(deps.store, stream_id, deps.states)
+    if state.version == 0:
+        return _erased(stream_id, cycle_id)
     flight = kind.flight(state)
     if flight is None or flight.cycle_id != cycle_id:
         # already done (a redelivery: the stale record collides with the stored outcome) or superseded
@@ -241,6 +271,7 @@ def _mark_started(deps: Deps, stream_id: str, cycle_id: str) -> None:
     def attempt() -> None:
         state = load_state(deps.store, stream_id, deps.states)
         flight = state.buffer_in_flight
+        # an erased stream has no flight: nothing is written for it
         if flight is None or flight.cycle_id != cycle_id or flight.started:
             return
         plan = Plan(state)
@@ -278,6 +309,8 @@ def _title_events(state: RecordState, title: str | None, cycle_id: str, deps: De
 
 def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
     state = load_state(deps.store, stream_id, deps.states)
+    if state.version == 0:
+        return _erased(stream_id, cycle_id)
     flight = state.reflection_in_flight
     if flight is None or flight.cycle_id != cycle_id or flight.generation != state.generation:
         return _record_outcome(

@@ -66,6 +66,8 @@ class StateSnapshot:
     pending_work: bool = False
     # the observation log's segments as JSON text when this write changed them; None keeps what is stored
     log: str | None = None
+    # the seq of the last observed message: the window is the message rows after it
+    observed_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,23 @@ class IndexedGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A row of the message projection."""
+
+    stream_id: str
+    message_id: str
+    seq: int
+    stream_version: int
+    thread_id: str | None
+    resource_id: str | None
+    role: str
+    created_at: datetime
+    tokens: int
+    content_hash: str
+    message: JSONDict
+
+
+@dataclass(frozen=True, slots=True)
 class StoredSnapshot:
     """A stream's inline projection as stored.
 
@@ -104,6 +123,9 @@ class StoredSnapshot:
     position: int
     # the log's segments when stored apart from ``state`` (None: inside it, or left out with ``state``)
     log: str | None = None
+    # the message rows after the row's ``observed_seq``, in seq order, read in the same snapshot as the row;
+    # None when ``state`` is left out
+    window: tuple[StoredMessage, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

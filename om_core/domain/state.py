@@ -163,6 +163,9 @@ class RecordStats(_Model):
 class RecordState(_Model):
     stream_id: str
     version: int = 0
+    # the global position of the event at ``version`` (0: not known), which names this lineage of the
+    # stream: set by whoever read or wrote the state, reset by the fold, kept out of the stored document
+    position: int = Field(default=0, exclude=True)
     thread_id: str | None = None
     resource_id: str | None = None
     title: str | None = None
@@ -316,6 +319,7 @@ def evolve(state: RecordState, events: Iterable[DomainEvent], *, version: int | 
     such as a plan being built, where copying the whole state for every event would dominate the cost."""
     for event in events:
         state.version += 1
+        state.position = 0
         _apply(state, event)
     if version is not None:
         state.version = version

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from om_core.application.context import ObservationFailedError, get_context
 from om_core.application.ports import MessageConflictError
 from om_core.application.projections import canonical, rebuild_projections, replay_context
 from om_core.application.records import (
+    REPLAY_LISTENERS,
     Deps,
     RecordNotFoundError,
     load_state,
@@ -264,3 +266,37 @@ def test_a_message_row_missing_from_the_window_falls_back_to_the_events_and_veri
     read_back = load_state(deps.store, stream)
     assert [m.message_id for m in read_back.window] == ["u1", "u2", "u3"]
     assert rebuild_projections(deps.store, verify_only=True, prefix="a/thread/gap").mismatched == [stream]
+
+
+def test_a_reader_beside_a_writer_never_folds_the_stream(deps: Deps) -> None:
+    """The row and the window's messages come from one snapshot: an append committed between two reads
+    can never make them disagree and force a fold of the whole stream."""
+    stream = thread_stream_id("a", "busy")
+    append_messages(deps, tenant="a", thread_id="busy", messages=[user(0)])
+    replays: list[str] = []
+    REPLAY_LISTENERS.append(lambda stream_id, reason: replays.append(reason))
+    done = threading.Event()
+    reads = 0
+
+    def write() -> None:
+        try:
+            for i in range(1, 40):
+                append_messages(deps, tenant="a", thread_id="busy", messages=[user(i)])
+        finally:
+            done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        while not done.is_set():
+            # no cache: every read takes the row and its window from the database
+            state = load_state(deps.store, stream)
+            seqs = [m.seq for m in state.window]
+            assert seqs == list(range(state.observed_seq + 1, state.next_seq))
+            reads += 1
+            time.sleep(0.002)
+    finally:
+        writer.join()
+        REPLAY_LISTENERS.clear()
+    assert reads > 10
+    assert replays == []

@@ -172,6 +172,9 @@ records = sa.Table(
     # the observation log's segments, kept apart from ``state`` because they change only when observations
     # are activated or reflected: an append that leaves them alone keeps the stored value (NULL: in state)
     sa.Column("log", sa.JSON(), nullable=True),
+    # the seq of the last message observed: the window's messages are the rows after it, read in the same
+    # statement as the row so that both come from one snapshot
+    sa.Column("observed_seq", sa.BigInteger(), nullable=False, server_default="0"),
 )
 sa.Index("ix_om_records_tenant_resource_id", records.c.tenant, records.c.resource_id)
 sa.Index(

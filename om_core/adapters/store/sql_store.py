@@ -41,7 +41,6 @@ from om_core.application.ports import (
     EventStore,
     MessageConflictError,
     OutboxTask,
-    StoredMessage,
     StoreError,
     StoreUnavailableError,
 )
@@ -52,6 +51,7 @@ from om_core.domain.envelope import (
     NewEvent,
     RecordedEvent,
     StateSnapshot,
+    StoredMessage,
     StoredMessageRef,
     StoredSnapshot,
     TaskRequest,
@@ -294,6 +294,7 @@ class SqlEventStore(EventStore):
         events: Sequence[NewEvent],
         expected_version: int,
         *,
+        expected_position: int | None = None,
         snapshot: StateSnapshot | None = None,
         tasks: Sequence[TaskRequest] = (),
     ) -> AppendResult:
@@ -303,16 +304,15 @@ class SqlEventStore(EventStore):
             raise ValueError(f"expected_version must be >= 0, got {expected_version}")
         if len({e.event_id for e in events}) != len(events):
             raise ValueError("an event id appears twice in one append")
+        if expected_version == 0:
+            expected_position = None
         message_rows = _message_rows(stream_id, events, expected_version)
+        expected = _Expected(expected_version, expected_position)
         with _unavailable_on_connection_errors():
             if self._postgres:
-                positions = self._append_postgres(
-                    stream_id, events, expected_version, snapshot, tasks, message_rows
-                )
+                positions = self._append_postgres(stream_id, events, expected, snapshot, tasks, message_rows)
             else:
-                positions = self._append_sqlite(
-                    stream_id, events, expected_version, snapshot, tasks, message_rows
-                )
+                positions = self._append_sqlite(stream_id, events, expected, snapshot, tasks, message_rows)
         return AppendResult(
             stream_id=stream_id,
             first_version=expected_version + 1,
@@ -324,7 +324,7 @@ class SqlEventStore(EventStore):
         self,
         stream_id: str,
         new_events: Sequence[NewEvent],
-        expected: int,
+        expected: _Expected,
         snapshot: StateSnapshot | None,
         tasks: Sequence[TaskRequest],
         message_rows: list[_MessageRow],
@@ -347,9 +347,9 @@ class SqlEventStore(EventStore):
         if failure is not None or not rows:
             with self._engine.connect() as conn:
                 if failure is None:
-                    raise self._conflict(conn, stream_id, new_events, expected)
+                    raise self._conflict(conn, stream_id, new_events, expected.version)
                 raise self._append_failure(
-                    conn, _violated_key(failure), stream_id, new_events, expected, message_rows
+                    conn, _violated_key(failure), stream_id, new_events, expected.version, message_rows
                 ) from None
         if len(rows) == 1:
             return [rows[0][0]]
@@ -393,7 +393,7 @@ class SqlEventStore(EventStore):
         self,
         stream_id: str,
         new_event: NewEvent,
-        expected: int,
+        expected: _Expected,
         snapshot: StateSnapshot | None,
         tasks: Sequence[TaskRequest],
         message_rows: list[_MessageRow],
@@ -402,15 +402,17 @@ class SqlEventStore(EventStore):
         its own, with no JSON document to build and unpack on either side."""
         parameters: list[Any] = [
             stream_id,
-            expected + 1,
+            expected.version + 1,
             new_event.event_id,
             new_event.event_type,
             new_event.schema_version,
             json_dumps(new_event.data),
             json_dumps(new_event.metadata) if new_event.metadata else "{}",
-            expected,
+            expected.version,
             stream_id,
-            expected,
+            expected.version,
+            expected.position,
+            expected.position,
         ]
         if snapshot is not None:
             parameters += (
@@ -420,6 +422,7 @@ class SqlEventStore(EventStore):
                 _state_text(snapshot),
                 snapshot.pending_work,
                 snapshot.log,
+                snapshot.observed_seq,
             )
         if message_rows:
             (m,) = message_rows
@@ -445,7 +448,7 @@ class SqlEventStore(EventStore):
         self,
         stream_id: str,
         new_events: Sequence[NewEvent],
-        expected: int,
+        expected: _Expected,
         snapshot: StateSnapshot | None,
         tasks: Sequence[TaskRequest],
         message_rows: list[_MessageRow],
@@ -454,7 +457,8 @@ class SqlEventStore(EventStore):
         # costs more client CPU than the whole statement costs the server.
         params: dict[str, Any] = {
             "stream_id": stream_id,
-            "expected": expected,
+            "expected": expected.version,
+            "expected_position": expected.position,
             "events": json_dumps(
                 [
                     {
@@ -465,12 +469,12 @@ class SqlEventStore(EventStore):
                         "data": e.data,
                         "meta": e.metadata,
                     }
-                    for version, e in enumerate(new_events, start=expected + 1)
+                    for version, e in enumerate(new_events, start=expected.version + 1)
                 ]
             ),
         }
         if snapshot is not None:
-            params.update(_record_params(stream_id, snapshot, expected + len(new_events)))
+            params.update(_record_params(stream_id, snapshot, expected.version + len(new_events)))
         if message_rows:
             default_resource = snapshot.resource_id if snapshot is not None else None
             params["tenant_of_messages"] = _tenant(stream_id, snapshot)
@@ -503,7 +507,7 @@ class SqlEventStore(EventStore):
         self,
         stream_id: str,
         new_events: Sequence[NewEvent],
-        expected: int,
+        expected: _Expected,
         snapshot: StateSnapshot | None,
         tasks: Sequence[TaskRequest],
         message_rows: list[_MessageRow],
@@ -513,14 +517,14 @@ class SqlEventStore(EventStore):
             conn.execution_options(om_write=True)
             try:
                 with conn.begin():
-                    if _current_version(conn, stream_id) != expected:
+                    if not _at_expected(conn, stream_id, expected):
                         raise _Conflict
                     result = conn.execute(
                         sa.insert(events).returning(events.c.global_position, sort_by_parameter_order=True),
                         [
                             {
                                 "stream_id": stream_id,
-                                "stream_version": expected + i,
+                                "stream_version": expected.version + i,
                                 "event_id": e.event_id,
                                 "event_type": e.event_type,
                                 "schema_version": e.schema_version,
@@ -533,7 +537,7 @@ class SqlEventStore(EventStore):
                     positions = list(result.scalars())
                     if snapshot is not None:
                         self._statement(_sqlite_upsert_record).execute(
-                            conn, _record_params(stream_id, snapshot, expected + len(new_events))
+                            conn, _record_params(stream_id, snapshot, expected.version + len(new_events))
                         )
                     if message_rows:
                         tenant = _tenant(stream_id, snapshot)
@@ -574,10 +578,10 @@ class SqlEventStore(EventStore):
                             ],
                         )
             except _Conflict:
-                raise self._conflict(conn, stream_id, new_events, expected) from None
+                raise self._conflict(conn, stream_id, new_events, expected.version) from None
             except sa.exc.IntegrityError as error:
                 raise self._append_failure(
-                    conn, _violated_key(error.orig), stream_id, new_events, expected, message_rows
+                    conn, _violated_key(error.orig), stream_id, new_events, expected.version, message_rows
                 ) from None
         return positions
 
@@ -701,8 +705,15 @@ class SqlEventStore(EventStore):
 
     def load_snapshot(self, stream_id: str, *, known_position: int | None = None) -> StoredSnapshot | None:
         if self._postgres:
-            found = self._run_on_driver(_POSTGRES_SNAPSHOT_SQL, (known_position, known_position, stream_id))
-            return StoredSnapshot(*found[0]) if found else None
+            found = self._run_on_driver(
+                _POSTGRES_SNAPSHOT_SQL, (known_position, known_position, known_position, stream_id)
+            )
+            if not found:
+                return None
+            state, version, position, log, window = found[0]
+            return StoredSnapshot(
+                state, version, position, log, None if state is None else _window_from_json(stream_id, window)
+            )
 
         def unless_known(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
             text = sa.cast(column, sa.Text())
@@ -715,10 +726,19 @@ class SqlEventStore(EventStore):
             records.c.version,
             records.c.position,
             unless_known(records.c.log).label("log"),
+            records.c.observed_seq,
         ).where(records.c.stream_id == stream_id)
-        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
+        # one read transaction: in WAL mode both reads see the same snapshot
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn, conn.begin():
             row = conn.execute(query).first()
-        return None if row is None else StoredSnapshot(row.state, row.version, row.position, row.log)
+            if row is None:
+                return None
+            window = None
+            if row.state is not None:
+                window = tuple(
+                    stored_message(m) for m in conn.execute(_window_query(stream_id, row.observed_seq))
+                )
+        return StoredSnapshot(row.state, row.version, row.position, row.log, window)
 
     def replace_snapshot(self, stream_id: str, snapshot: StateSnapshot, version: int) -> None:
         params = _record_params(stream_id, snapshot, version)
@@ -756,15 +776,6 @@ class SqlEventStore(EventStore):
             rows.reverse()
         return [stored_message(row) for row in rows]
 
-    def read_messages_after(self, stream_id: str, seq: int) -> list[StoredMessage]:
-        query = (
-            sa.select(*MESSAGE_COLUMNS)
-            .where(messages.c.stream_id == stream_id, messages.c.seq > seq)
-            .order_by(messages.c.seq)
-        )
-        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
-            return [stored_message(row) for row in conn.execute(query)]
-
     def list_stream_ids(self, prefix: str = "", *, after: str = "", limit: int = 1000) -> list[str]:
         query = (
             sa.select(events.c.stream_id)
@@ -790,36 +801,54 @@ class SqlEventStore(EventStore):
     # --- erasing -------------------------------------------------------------------------------------
 
     def delete_stream(self, stream_id: str) -> int:
-        erase_others = [
+        """Erase the events first, then everything derived from them, in one transaction.
+
+        SQLite has one writer at a time, so nothing can interleave. On Postgres (READ COMMITTED) a DELETE
+        sees only what had committed when it started, and an append in flight may hold its predecessor
+        locked (``FOR KEY SHARE``, see ``_postgres_append_one_sql``): the DELETE waits for it, and the event
+        it then commits is newer than the DELETE's snapshot. So the events are deleted again, each time
+        with a fresh snapshot, until a pass finds none: from then on every event of the stream is deleted
+        and locked by this transaction, and any later append or index write waits for it and then finds
+        its predecessor gone. Only then are the projections, the outbox and the index erased, from a
+        snapshot that includes everything those appends wrote.
+        """
+        erase_events = sa.delete(events).where(events.c.stream_id == stream_id)
+        erase_derived = [
             sa.delete(records).where(records.c.stream_id == stream_id),
             sa.delete(messages).where(messages.c.stream_id == stream_id),
-            sa.delete(outbox).where(outbox.c.stream_id == stream_id, outbox.c.published_at.is_(None)),
+            sa.delete(outbox).where(outbox.c.stream_id == stream_id),
             sa.delete(indexed_groups).where(indexed_groups.c.stream_id == stream_id),
         ]
-        erase_events = sa.delete(events).where(events.c.stream_id == stream_id)
-        with _unavailable_on_connection_errors(), self._writing() as conn:
-            if self._postgres:
-                # One statement, hence one transaction even in autocommit.
-                ctes = [statement.cte(f"erase_{i}") for i, statement in enumerate(erase_others)]
-                return int(conn.execute(erase_events.add_cte(*ctes)).rowcount)
-            for statement in erase_others:
+        with _unavailable_on_connection_errors(), self._transaction() as conn:
+            removed = 0
+            while True:
+                erased = int(conn.execute(erase_events).rowcount)
+                removed += erased
+                if erased == 0 or not self._postgres:
+                    break
+            for statement in erase_derived:
                 conn.execute(statement)
-            return int(conn.execute(erase_events).rowcount)
+            return removed
 
     # --- vector index of observation groups ----------------------------------------------------------
 
-    def upsert_indexed_groups(self, groups: Sequence[IndexedGroup]) -> None:
+    def upsert_indexed_groups(self, groups: Sequence[IndexedGroup], *, source_event_id: uuid.UUID) -> int:
         if not groups:
-            return
-        insert = postgresql.insert if self._postgres else sqlite.insert
-        statement = insert(indexed_groups)
-        upsert = statement.on_conflict_do_update(
-            index_elements=[indexed_groups.c.stream_id, indexed_groups.c.group_id],
-            set_={c.name: statement.excluded[c.name] for c in indexed_groups.c if not c.primary_key},
-        )
-        rows = [asdict(g) for g in groups]
-        with _unavailable_on_connection_errors(), self._writing() as conn:
-            conn.execute(upsert, rows)
+            return 0
+        upsert = self._statement(_upsert_indexed_groups, self._postgres)
+        rows = [{**asdict(g), "embedding": json_dumps(g.embedding)} for g in groups]
+        with _unavailable_on_connection_errors(), self._transaction() as conn:
+            # the lock on the source event orders this write against an erasure, as an append's does
+            if self._postgres:
+                found = conn.execute(_LOCK_SOURCE_EVENT, {"source": source_event_id}).first()
+            else:
+                found = conn.execute(
+                    sa.select(events.c.global_position).where(events.c.event_id == source_event_id)
+                ).first()
+            if found is None:
+                return 0
+            upsert.executemany(conn, rows)
+            return len(rows)
 
     def load_indexed_groups(
         self, tenant: str, *, stream_ids: Sequence[str] = (), resource_id: str | None = None
@@ -903,6 +932,19 @@ class SqlEventStore(EventStore):
             return list(conn.scalars(query))
 
     @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        """A connection in a transaction of several statements: on Postgres the engine's autocommit is
+        switched off for this connection only (SQLAlchemy restores it when the connection goes back)."""
+        if self._write_lock is not None:
+            with self._writing() as conn:
+                yield conn
+            return
+        with self._engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="READ COMMITTED")
+            with conn.begin():
+                yield conn
+
+    @contextmanager
     def _writing(self) -> Iterator[Connection]:
         """A connection that commits on success. On Postgres one statement per use, since the connection
         is normally in autocommit; on SQLite a transaction under the process lock and ``BEGIN IMMEDIATE``."""
@@ -919,6 +961,26 @@ class SqlEventStore(EventStore):
 
 class _Conflict(Exception):
     """Internal: the SQLite version check failed inside the write transaction."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Expected:
+    """Where an append expects the stream to be: its version, and the position of the event at it."""
+
+    version: int
+    position: int | None
+
+
+def _at_expected(conn: Connection, stream_id: str, expected: _Expected) -> bool:
+    head = conn.execute(
+        sa.select(events.c.stream_version, events.c.global_position)
+        .where(events.c.stream_id == stream_id)
+        .order_by(events.c.stream_version.desc())
+        .limit(1)
+    ).first()
+    if head is None:
+        return expected.version == 0
+    return head.stream_version == expected.version and expected.position in (None, head.global_position)
 
 
 @contextmanager
@@ -1048,6 +1110,7 @@ def _record_params(stream_id: str, snapshot: StateSnapshot, version: int) -> dic
         "state": _state_text(snapshot),
         "pending_work": snapshot.pending_work,
         "log": snapshot.log,
+        "observed_seq": snapshot.observed_seq,
     }
 
 
@@ -1062,6 +1125,7 @@ _RECORD_COLUMNS = (
     "position",
     "pending_work",
     "log",
+    "observed_seq",
 )
 _RECORD_UPDATED = _RECORD_COLUMNS[1:]
 
@@ -1094,6 +1158,7 @@ def _upsert_record(
         position,
         sa.bindparam("pending_work", type_=sa.Boolean()),
         as_json(sa.bindparam("log", type_=sa.Text())),
+        sa.bindparam("observed_seq", type_=sa.BigInteger()),
     ).where(condition)
     statement = insert(records).from_select(list(_RECORD_COLUMNS), source)
     updated: dict[str, Any] = {name: statement.excluded[name] for name in _RECORD_UPDATED}
@@ -1160,9 +1225,16 @@ def _postgres_append_statement(with_snapshot: bool, with_messages: bool, with_ta
         sa.column("data", jsonb),
         sa.column("meta", jsonb),
     )
+    expected_position = sa.bindparam("expected_position", type_=sa.BigInteger())
+    # FOR KEY SHARE: the event built on must still exist at commit (see _postgres_append_one_sql)
     previous_exists = (
         sa.select(sa.literal(1))
-        .where(events.c.stream_id == stream, events.c.stream_version == expected)
+        .where(
+            events.c.stream_id == stream,
+            events.c.stream_version == expected,
+            sa.or_(expected_position.is_(None), events.c.global_position == expected_position),
+        )
+        .with_for_update(read=True, key_share=True)
         .exists()
     )
     inserted = (
@@ -1178,8 +1250,9 @@ def _postgres_append_statement(with_snapshot: bool, with_messages: bool, with_ta
                 source.c.data,
                 source.c.meta,
             )
-            # The compare-and-set: version ``expected`` must exist (a gap is a conflict too), and the
-            # unique (stream_id, stream_version) key refuses ``expected + 1`` if someone else wrote it.
+            # The compare-and-set: version ``expected`` must exist (a gap is a conflict too), at the
+            # expected position when one is given, and the unique (stream_id, stream_version) key refuses
+            # ``expected + 1`` if someone else wrote it.
             .where(sa.or_(expected == 0, previous_exists))
             .order_by(source.c.version),
         )
@@ -1271,6 +1344,64 @@ def _postgres_append_statement(with_snapshot: bool, with_messages: bool, with_ta
     return sa.select(inserted.c.global_position, inserted.c.stream_version).add_cte(*dependent)
 
 
+def _window_query(stream_id: str, observed_seq: int) -> sa.Select[Any]:
+    return (
+        sa.select(*MESSAGE_COLUMNS)
+        .where(messages.c.stream_id == stream_id, messages.c.seq > observed_seq)
+        .order_by(messages.c.seq)
+    )
+
+
+def _window_from_json(stream_id: str, document: str | None) -> tuple[StoredMessage, ...]:
+    """The window's rows as ``_POSTGRES_SNAPSHOT_SQL`` aggregates them (NULL when there are none)."""
+    if document is None:
+        return ()
+    return tuple(
+        StoredMessage(
+            stream_id=stream_id,
+            message_id=row[0],
+            seq=row[1],
+            stream_version=row[2],
+            thread_id=row[3],
+            resource_id=row[4],
+            role=row[5],
+            created_at=datetime.fromisoformat(row[6]).replace(tzinfo=UTC),
+            tokens=row[7],
+            content_hash=row[8],
+            message=row[9],
+        )
+        for row in json_loads(document)
+    )
+
+
+def _upsert_indexed_groups(postgres: bool) -> sa.Insert:
+    insert = postgresql.insert if postgres else sqlite.insert
+    columns = [c for c in indexed_groups.c]
+    source = sa.select(
+        *[
+            sa.bindparam(c.name, type_=sa.Text()) if c.name != "embedding" else _as_json(postgres, c.name)
+            for c in columns
+        ]
+    )
+    if not postgres:
+        # see _sqlite_upsert_record: SQLite needs a WHERE to parse ON CONFLICT after INSERT ... SELECT
+        source = source.where(sa.true())
+    statement = insert(indexed_groups).from_select([c.name for c in columns], source)
+    upsert: sa.Insert = statement.on_conflict_do_update(
+        index_elements=[indexed_groups.c.stream_id, indexed_groups.c.group_id],
+        set_={c.name: statement.excluded[c.name] for c in columns if not c.primary_key},
+    )
+    return upsert
+
+
+def _as_json(postgres: bool, name: str) -> sa.ColumnElement[Any]:
+    text = sa.bindparam(name, type_=sa.Text())
+    return _postgres_json(text) if postgres else _sqlite_json(text)
+
+
+_LOCK_SOURCE_EVENT = sa.text("SELECT 1 FROM om_events WHERE event_id = :source FOR KEY SHARE")
+
+
 def _tasks_document(tasks: Sequence[TaskRequest]) -> str:
     return json_dumps(
         [{"key": t.key, "name": t.task_name, "queue": t.queue, "payload": t.payload} for t in tasks]
@@ -1279,17 +1410,23 @@ def _tasks_document(tasks: Sequence[TaskRequest]) -> str:
 
 # Read on every request: a position equal to the caller's means it holds that state already (a NULL
 # position compares as unknown, so the document comes back).
+# The window's rows come from the same statement, hence the same snapshot, as the row: a separate read
+# could see an append the row does not, and the state would have to be folded from the events instead.
 _POSTGRES_SNAPSHOT_SQL = (
     "SELECT CASE WHEN position = %s::bigint THEN NULL ELSE state::text END, version, position,"
-    " CASE WHEN position = %s::bigint THEN NULL ELSE log::text END"
-    " FROM om_records WHERE stream_id = %s::text"
+    " CASE WHEN position = %s::bigint THEN NULL ELSE log::text END,"
+    " CASE WHEN position = %s::bigint THEN NULL ELSE (SELECT json_agg(json_build_array(m.message_id, m.seq,"
+    " m.stream_version, m.thread_id, m.resource_id, m.role, m.created_at AT TIME ZONE 'UTC', m.tokens,"
+    " m.content_hash, m.message) ORDER BY m.seq)::text"
+    " FROM om_messages m WHERE m.stream_id = r.stream_id AND m.seq > r.observed_seq) END"
+    " FROM om_records r WHERE stream_id = %s::text"
 )
 
 _RECORD_UPSERT_SET = (
     "ON CONFLICT (stream_id) DO UPDATE SET tenant = excluded.tenant, thread_id = excluded.thread_id,"
     " resource_id = excluded.resource_id, version = excluded.version, state = excluded.state,"
     " updated_at = excluded.updated_at, position = excluded.position, pending_work = excluded.pending_work,"
-    " log = coalesce(excluded.log, om_records.log)"
+    " log = coalesce(excluded.log, om_records.log), observed_seq = excluded.observed_seq"
 )
 
 
@@ -1298,32 +1435,43 @@ def _postgres_append_one_sql(with_snapshot: bool, with_message: bool, with_tasks
     """A one-event append as data-modifying CTEs of one statement, with positional (``%s``) parameters:
 
     stream id, new version, event id, type, schema version, data and metadata (JSON text), then expected
-    version, stream id and expected version again for the check; then, with a snapshot, its tenant,
-    thread id, resource id, state (JSON text), whether work is pending and the log (JSON text or NULL);
+    version, stream id, expected version and expected position twice (NULL: any) for the check; then, with a
+    snapshot, its tenant, thread id, resource id, state (JSON text), whether work is pending, the log (JSON
+    text or NULL) and the observed seq;
     then, with a message row, its id, seq, tenant, thread id, resource id, role, created at, tokens, content
     hash, message (JSON text) and search text; then, with tasks, the JSON document of the outbox rows.
     Every parameter carries an explicit cast, so the statement is the same whatever Python type psycopg
     picks for a value (int2/int4/int8, NULL).
 
-    The compare-and-set: version ``expected`` must exist (a gap is a conflict too), and the unique
-    ``(stream_id, stream_version)`` key refuses ``expected + 1`` if someone else wrote it meanwhile. The
-    check takes only parameters, never a column of the outer query: Postgres then runs it once, as an index
-    probe (an InitPlan). Correlated, with the OR, the planner hashes the whole events table on every append.
+    The compare-and-set: version ``expected`` must exist (a gap is a conflict too), at the expected
+    position when one is given (so a stream erased and re-created under the same id is never mistaken for
+    the one the writer read), and the unique ``(stream_id, stream_version)`` key refuses ``expected + 1`` if
+    someone else wrote it meanwhile. The check takes only parameters, never a column of the outer query:
+    Postgres then runs it once, as an index probe (an InitPlan). Correlated, with the OR, the planner hashes
+    the whole events table on every append.
+
+    The check locks the event it found ``FOR KEY SHARE`` until commit. In READ COMMITTED the statement's
+    snapshot may still show an event that a concurrent erasure has deleted but not yet committed; the lock
+    waits for that erasure and then finds the row gone, so the append writes nothing. An erasure that comes
+    second waits for the lock, and erases what the append wrote (``delete_stream``).
     """
     parts = [
         "WITH ev AS (INSERT INTO om_events"
         " (stream_id, stream_version, event_id, event_type, schema_version, data, metadata)"
         " SELECT %s::text, %s::bigint, %s::uuid, %s::text, %s::integer, %s::jsonb, %s::jsonb"
         " WHERE %s::bigint = 0 OR EXISTS (SELECT FROM om_events"
-        " WHERE stream_id = %s::text AND stream_version = %s::bigint)"
+        " WHERE stream_id = %s::text AND stream_version = %s::bigint"
+        " AND (%s::bigint IS NULL OR global_position = %s::bigint) FOR KEY SHARE)"
         " RETURNING global_position, stream_id, stream_version)"
     ]
     if with_snapshot:
         parts.append(
             ", rec AS (INSERT INTO om_records"
             " (stream_id, tenant, thread_id, resource_id, version, state, updated_at, position, pending_work,"
-            " log) SELECT ev.stream_id, %s::text, %s::text, %s::text, ev.stream_version, %s::json, now(),"
-            " ev.global_position, %s::boolean, %s::json FROM ev " + _RECORD_UPSERT_SET + ")"
+            " log, observed_seq) SELECT ev.stream_id, %s::text, %s::text, %s::text, ev.stream_version,"
+            " %s::json, now(), ev.global_position, %s::boolean, %s::json, %s::bigint FROM ev "
+            + _RECORD_UPSERT_SET
+            + ")"
         )
     if with_message:
         parts.append(

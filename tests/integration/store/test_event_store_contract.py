@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
@@ -124,6 +125,13 @@ def read_everything(store: SqlEventStore) -> list[RecordedEvent]:
         found.extend(page)
         cursor = page[-1].global_position
     return found
+
+
+def source_event(store: SqlEventStore, stream: str) -> uuid.UUID:
+    """Append an event to ``stream`` and return its id: what indexed groups are written from."""
+    written = event(1)
+    store.append(stream, [written], store.stream_version(stream))
+    return written.event_id
 
 
 def transactional(store: SqlEventStore) -> sa.Engine:
@@ -442,16 +450,22 @@ class EventStoreContract:
     ) -> None:
         tenant = f"t{uuid.uuid4().hex[:8]}"
         first, second, elsewhere = (f"{tenant}/thread/{n}" for n in ("a", "b", "c"))
+        sources = {stream: source_event(store, stream) for stream in (first, second, elsewhere)}
+        for stream, groups in (
+            (
+                first,
+                [
+                    indexed(first, "g1", resource="r1", embedding=[1.0, 0.0]),
+                    indexed(first, "g2", resource="r1", observed_at="2026-03-02T11:00:00.000Z"),
+                ],
+            ),
+            (second, [indexed(second, "g1", resource="r1")]),
+            (elsewhere, [indexed(elsewhere, "g9", resource="r2")]),
+        ):
+            assert store.upsert_indexed_groups(groups, source_event_id=sources[stream]) == len(groups)
         store.upsert_indexed_groups(
-            [
-                indexed(first, "g1", resource="r1", embedding=[1.0, 0.0]),
-                indexed(first, "g2", resource="r1", observed_at="2026-03-02T11:00:00.000Z"),
-                indexed(second, "g1", resource="r1"),
-                indexed(elsewhere, "g9", resource="r2"),
-            ]
-        )
-        store.upsert_indexed_groups(
-            [indexed(first, "g1", resource="r1", text="rewritten", embedding=[0.5, 0.5])]
+            [indexed(first, "g1", resource="r1", text="rewritten", embedding=[0.5, 0.5])],
+            source_event_id=sources[first],
         )
         by_stream = store.load_indexed_groups(tenant, stream_ids=[first])
         assert [(g.group_id, g.text, g.embedding) for g in by_stream] == [
@@ -470,10 +484,18 @@ class EventStoreContract:
     def test_erasing_a_stream_erases_its_indexed_groups(self, store: SqlEventStore) -> None:
         tenant = f"t{uuid.uuid4().hex[:8]}"
         stream, other = f"{tenant}/thread/a", f"{tenant}/thread/b"
-        store.append(stream, [event(1)], 0)
-        store.upsert_indexed_groups([indexed(stream, "g1"), indexed(other, "g1")])
+        store.upsert_indexed_groups([indexed(stream, "g1")], source_event_id=source_event(store, stream))
+        store.upsert_indexed_groups([indexed(other, "g1")], source_event_id=source_event(store, other))
         store.delete_stream(stream)
         assert store.load_indexed_groups(tenant, stream_ids=[stream, other]) == [indexed(other, "g1")]
+
+    def test_groups_of_an_erased_event_are_never_written(self, store: SqlEventStore) -> None:
+        tenant = f"t{uuid.uuid4().hex[:8]}"
+        stream = f"{tenant}/thread/a"
+        source = source_event(store, stream)
+        store.delete_stream(stream)
+        assert store.upsert_indexed_groups([indexed(stream, "g1")], source_event_id=source) == 0
+        assert store.load_indexed_groups(tenant, stream_ids=[stream]) == []
 
     # --- outbox ----------------------------------------------------------------------------------------
 
@@ -596,13 +618,49 @@ class EventStoreContract:
         assert store.load_snapshot(stream) is None
         assert store.find_messages(stream, ["m1"]) == {}
         assert store.read_messages(stream) == []
-        assert [r.key for r in self.outbox_rows(store, stream)] == [f"{stream}/sent"]
+        assert self.outbox_rows(store, stream) == []
         assert all(e.stream_id != stream for e in read_everything(store))
         assert store.stream_version(other) == 1 and store.load_snapshot(other) is not None
         assert store.find_messages(other, ["m1"]) and len(self.outbox_rows(store, other)) == 1
         assert store.delete_stream(stream) == 0
         store.append(stream, [event(1)], 0)
         assert store.stream_version(stream) == 1
+
+    def test_a_writer_of_an_erased_lineage_never_appends_to_the_recreated_stream(
+        self, store: SqlEventStore
+    ) -> None:
+        stream = new_stream()
+        old = store.append(stream, [event(1), event(2), event(3)], 0, snapshot=snapshot())
+        store.delete_stream(stream)
+        new = store.append(stream, [event(1), event(2), event(3)], 0, snapshot=snapshot())
+        # same version as the writer read, but another lineage: refused
+        with pytest.raises(ConcurrencyError):
+            store.append(stream, [event(4)], 3, expected_position=old.global_positions[-1])
+        assert store.stream_version(stream) == 3
+        store.append(stream, [event(4)], 3, expected_position=new.global_positions[-1], snapshot=snapshot())
+        loaded = store.load_snapshot(stream)
+        assert loaded is not None and loaded.version == 4
+
+    def test_the_row_and_its_window_come_from_one_read(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        store.append(
+            stream,
+            [message_event("m1", seq=1), message_event("m2", seq=2), message_event("m3", seq=3)],
+            0,
+            snapshot=StateSnapshot(
+                state={"k": 1}, tenant="acme", thread_id="th-1", resource_id=None, observed_seq=1
+            ),
+        )
+        loaded = store.load_snapshot(stream)
+        assert loaded is not None and loaded.window is not None
+        assert [(m.message_id, m.seq, m.stream_version) for m in loaded.window] == [
+            ("m2", 2, 2),
+            ("m3", 3, 3),
+        ]
+        assert loaded.window[0].created_at == datetime(2025, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+        assert loaded.window[0].message["parts"][0]["text"] == "hello there"
+        held = store.load_snapshot(stream, known_position=loaded.position)
+        assert held is not None and held.state is None and held.window is None
 
     def test_positions_are_not_reused_after_a_delete(self, store: SqlEventStore) -> None:
         stream = new_stream()
@@ -808,6 +866,118 @@ class TestPostgresEventStore(EventStoreContract):
             version += 1
             ids.append(event_id)
         return ids
+
+    def test_an_append_racing_an_erasure_waits_for_it_and_writes_nothing(self, store: SqlEventStore) -> None:
+        """The erasure has deleted the predecessor but not committed: the append's snapshot still shows the
+        predecessor, so only the lock on it keeps the append from landing behind the erasure."""
+        stream = new_stream()
+        head = store.append(stream, [event(1), event(2)], 0, snapshot=snapshot())
+        outcome: dict[str, Any] = {}
+
+        def append() -> None:
+            try:
+                store.append(
+                    stream, [event(3)], 2, expected_position=head.global_positions[-1], snapshot=snapshot()
+                )
+                outcome["result"] = "appended"
+            except ConcurrencyError:
+                outcome["result"] = "conflict"
+
+        with transactional(store).connect() as conn, conn.begin():
+            conn.execute(sa.delete(events_table).where(events_table.c.stream_id == stream))
+            writer = threading.Thread(target=append)
+            writer.start()
+            writer.join(0.5)
+            assert writer.is_alive(), "the append did not wait for the erasure"
+        writer.join(10)
+        assert outcome == {"result": "conflict"}
+        assert store.read_stream(stream) == []
+
+    def test_an_erasure_waits_for_an_append_in_flight_and_erases_what_it_wrote(
+        self, store: SqlEventStore
+    ) -> None:
+        """An append that locked its predecessor first commits an event the erasure's first snapshot
+        cannot see: the erasure must still leave nothing of the stream."""
+        stream = new_stream()
+        store.append(stream, [event(1), event(2)], 0, snapshot=snapshot())
+        erased: dict[str, int] = {}
+        with transactional(store).connect() as conn, conn.begin():
+            # what the append statement does: lock the predecessor, insert the next event and its row
+            conn.exec_driver_sql(
+                "SELECT 1 FROM om_events WHERE stream_id = %(s)s AND stream_version = 2 FOR KEY SHARE",
+                {"s": stream},
+            )
+            conn.execute(
+                sa.insert(events_table).values(
+                    stream_id=stream,
+                    stream_version=3,
+                    event_id=uuid.uuid4(),
+                    event_type="Noted",
+                    schema_version=1,
+                    data={"n": 3},
+                    metadata={},
+                )
+            )
+            eraser = threading.Thread(target=lambda: erased.update(n=store.delete_stream(stream)))
+            eraser.start()
+            eraser.join(0.5)
+            assert eraser.is_alive(), "the erasure did not wait for the append in flight"
+        eraser.join(10)
+        assert erased == {"n": 3}
+        assert store.read_stream(stream) == []
+        assert store.load_snapshot(stream) is None
+
+    @staticmethod
+    def keep_appending(
+        store: SqlEventStore, stream: str, stop: threading.Event, failures: list[BaseException]
+    ) -> None:
+        """Append to ``stream`` from what was last read, until told to stop; a lost race is re-read."""
+        try:
+            while not stop.is_set():
+                loaded = store.load_snapshot(stream)
+                version, position = (0, None) if loaded is None else (loaded.version, loaded.position)
+                with contextlib.suppress(ConcurrencyError):
+                    store.append(
+                        stream, [event(version + 1)], version, expected_position=position, snapshot=snapshot()
+                    )
+        except BaseException as error:
+            failures.append(error)
+
+    def test_erasures_racing_appenders_never_leave_an_orphan(self, store: SqlEventStore) -> None:
+        """Random interleavings: two appenders keep appending (re-reading on every conflict) while the
+        stream is erased now and then. Whatever is left is one whole lineage, versions 1..n."""
+        rng = random.Random(7)
+        for _ in range(12):
+            stream = new_stream()
+            store.append(stream, [event(0)], 0, snapshot=snapshot())
+            stop = threading.Event()
+            failures: list[BaseException] = []
+
+            writers = [
+                threading.Thread(target=self.keep_appending, args=(store, stream, stop, failures))
+                for _ in range(2)
+            ]
+            for writer in writers:
+                writer.start()
+            time.sleep(rng.uniform(0.005, 0.05))
+            store.delete_stream(stream)
+            time.sleep(rng.uniform(0.0, 0.02))
+            stop.set()
+            for writer in writers:
+                writer.join(10)
+            assert not failures, failures
+            left = store.read_stream(stream)
+            assert [e.stream_version for e in left] == list(range(1, len(left) + 1))
+            positions = [e.global_position for e in left]
+            assert positions == sorted(positions)
+            loaded = store.load_snapshot(stream)
+            if left:
+                assert loaded is not None and (loaded.version, loaded.position) == (
+                    left[-1].stream_version,
+                    left[-1].global_position,
+                )
+            else:
+                assert loaded is None
 
     def test_reader_never_skips_a_lower_position_committed_late(self, store: SqlEventStore) -> None:
         """A transaction with the older transaction id may take the higher position. Reading positions in

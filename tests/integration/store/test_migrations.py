@@ -66,7 +66,7 @@ def test_alembic_cli_upgrades_an_empty_postgres_database_and_downgrades_it(empty
     assert table_names(empty_postgres_url) == set()
     alembic("upgrade", "head")
     assert table_names(empty_postgres_url) == TABLES
-    assert current_revision(empty_postgres_url) == "0003"
+    assert current_revision(empty_postgres_url) == "0004"
     assert schema_differences(empty_postgres_url) == []
     alembic("downgrade", "base")
     assert table_names(empty_postgres_url) == set()
@@ -83,7 +83,7 @@ def test_sqlite_upgrade_downgrade_and_models_match(tmp_path: Path) -> None:
     downgrade_to_base(url)
     assert table_names(url) == set()
     upgrade_to_head(url)
-    assert current_revision(url) == "0003"
+    assert current_revision(url) == "0004"
 
 
 @pytest.mark.integration

@@ -1,7 +1,8 @@
 """The error model of the HTTP API: every error is ``{"error": {"code", "message", "details"}}``.
 
 Domain and store exceptions are translated here, in one place, so routes stay thin and bad input can never
-surface as a 500: only a bug does (and then the body still follows the model, without internals).
+surface as a 500: only a bug does (and then the body still follows the model, without internals, and the
+connection stays usable).
 """
 
 from __future__ import annotations
@@ -9,14 +10,21 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from om_core.application.context import ObservationFailedError
-from om_core.application.ports import MessageConflictError, StoreUnavailableError
-from om_core.application.records import RecordNotFoundError
+from om_core.application.ports import (
+    MessageConflictError,
+    ModelConfigurationError,
+    ModelError,
+    StoreUnavailableError,
+)
+from om_core.application.records import RecordNotFoundError, ResourceRequiredError
 from om_core.domain.config import ConfigError
 from om_core.domain.message_input import MessageValidationError
 
@@ -97,7 +105,62 @@ def _allowed_methods(app: FastAPI, request: Request) -> set[str]:
     return allowed
 
 
+def _store_unavailable(error: Exception) -> JSONResponse:
+    log.warning("store unavailable: %s", error)
+    return error_response(
+        503, "store_unavailable", "the database is unavailable; retry", {}, {"Retry-After": "2"}
+    )
+
+
+def _model_unavailable(error: Exception) -> JSONResponse:
+    log.warning("model unavailable: %s", error)
+    return error_response(
+        503, "model_unavailable", f"a model this request needs failed: {error}", {}, {"Retry-After": "5"}
+    )
+
+
+def _lost_connection(error: sa.exc.DBAPIError) -> bool:
+    return isinstance(error, sa.exc.OperationalError | sa.exc.InterfaceError) or error.connection_invalidated
+
+
+class UnexpectedErrors:
+    """Answers an exception nothing else handled with the error model's 500, and returns normally.
+
+    Starlette's last-resort handler re-raises after answering, and uvicorn then closes the connection, so
+    a client's next request on that keep-alive connection was reset. Innermost of the middlewares, so the
+    metrics still count the 500.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception:
+            log.exception("unhandled error on %s %s", scope.get("method", ""), scope.get("path", ""))
+            if started:
+                # part of an answer is out: only closing the connection can tell the client it is cut
+                raise
+            response = error_response(500, "internal_error", "internal error; it has been logged")
+            await response(scope, receive, send)
+
+
 def install(app: FastAPI) -> None:
+    """The exception handlers, and the middleware answering what they do not handle; call it before any
+    other middleware is added."""
+    app.add_middleware(UnexpectedErrors)
+
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, error: ApiError) -> JSONResponse:
         return error_response(error.status, error.code, error.message, error.details, error.headers)
@@ -146,6 +209,10 @@ def install(app: FastAPI) -> None:
             {"message_id": error.message_id},
         )
 
+    @app.exception_handler(ResourceRequiredError)
+    async def _resource_required(_: Request, error: ResourceRequiredError) -> JSONResponse:
+        return error_response(422, "resource_required", str(error), {"thread_id": error.thread_id})
+
     @app.exception_handler(RecordNotFoundError)
     async def _missing(_: Request, error: RecordNotFoundError) -> JSONResponse:
         thread = error.stream_id.split("/", 2)[-1]
@@ -161,12 +228,29 @@ def install(app: FastAPI) -> None:
             {"Retry-After": "5"},
         )
 
+    # a model the request itself needs (recall's search embeds its query); model work follows failurePolicy
+    @app.exception_handler(ModelError)
+    async def _model(_: Request, error: ModelError) -> JSONResponse:
+        return _model_unavailable(error)
+
+    @app.exception_handler(ModelConfigurationError)
+    async def _model_configuration(_: Request, error: ModelConfigurationError) -> JSONResponse:
+        return _model_unavailable(error)
+
     @app.exception_handler(StoreUnavailableError)
     async def _store(_: Request, error: StoreUnavailableError) -> JSONResponse:
-        log.warning("store unavailable: %s", error)
-        return error_response(
-            503, "store_unavailable", "the database is unavailable; retry", {}, {"Retry-After": "2"}
-        )
+        return _store_unavailable(error)
+
+    # what reads the database outside the store (key lookup, list and recall queries) sees the driver's errors
+    @app.exception_handler(sa.exc.DBAPIError)
+    async def _database(_: Request, error: sa.exc.DBAPIError) -> JSONResponse:
+        if not _lost_connection(error):
+            raise error
+        return _store_unavailable(error)
+
+    @app.exception_handler(sa.exc.TimeoutError)
+    async def _pool_exhausted(_: Request, error: sa.exc.TimeoutError) -> JSONResponse:
+        return _store_unavailable(error)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
@@ -176,8 +260,3 @@ def install(app: FastAPI) -> None:
             # Starlette names only the first matching route's methods; list every route's for this path
             headers["Allow"] = ", ".join(sorted(_allowed_methods(app, request)))
         return error_response(error.status_code, code, str(error.detail), {}, headers)
-
-    @app.exception_handler(Exception)
-    async def _bug(request: Request, error: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, "internal_error", "internal error; it has been logged")

@@ -7,14 +7,21 @@ from typing import Any
 
 from om_core.adapters.inline_dispatcher import InlineDispatcher
 from om_core.adapters.models.litellm_gateway import LiteLLMGateway, RetryPolicy
-from om_core.adapters.models.model_ids import check_model_credentials
+from om_core.adapters.models.model_ids import KEYLESS_MODEL, check_model_credentials, missing_api_key
 from om_core.adapters.store.migrations import upgrade_to_head
 from om_core.adapters.store.sql_store import create_event_store
 from om_core.application.ports import ModelGateway, WorkDispatcher
 from om_core.application.records import Deps
 from om_core.application.state_cache import DEFAULT_CAPACITY, StateCache
 from om_core.application.work import run_task
-from om_core.domain.config import MemoryConfig, ModelByInputTokens, parse_memory_config
+from om_core.domain.config import (
+    ConfigError,
+    ConfigProblem,
+    MemoryConfig,
+    ModelByInputTokens,
+    merge_config_layers,
+    parse_memory_config,
+)
 from om_core.domain.thresholds import DEFAULT_MODEL
 
 
@@ -75,18 +82,63 @@ def model_gateway_for(profile: Mapping[str, Any] | None) -> LiteLLMGateway:
 
 def configured_models(config: MemoryConfig) -> list[str]:
     """Every model the profile can call: each role's model, every ModelByInputTokens tier, the embedder."""
-    found: list[str] = []
-    for spec in (config.model, config.observation.model, config.reflection.model):
+    return list(dict.fromkeys(model for _, model in model_options(config)))
+
+
+def model_options(config: MemoryConfig) -> list[tuple[str, str]]:
+    """Every model a configuration can call, with the option that names it (``observation.model``,
+    ``model.upTo.8000``, ``retrieval.embedder``; ``model`` for the default model when no role names one)."""
+    found: list[tuple[str, str]] = []
+    for option, spec in (
+        ("model", config.model),
+        ("observation.model", config.observation.model),
+        ("reflection.model", config.reflection.model),
+    ):
         if isinstance(spec, ModelByInputTokens):
-            found.extend(spec.up_to.values())
+            found.extend((f"{option}.upTo.{bound}", model) for bound, model in spec.up_to.items())
         elif isinstance(spec, str):
-            found.append(spec)
-    found = [DEFAULT_MODEL if model == "default" else model for model in found]
+            found.append((option, spec))
     if config.model is None and config.observation.model is None and config.reflection.model is None:
-        found.append(DEFAULT_MODEL)
+        found.append(("model", DEFAULT_MODEL))
     if config.retrieval is not None and config.retrieval.vector:
-        found.append(config.retrieval.embedder)
-    return list(dict.fromkeys(found))
+        found.append(("retrieval.embedder", config.retrieval.embedder))
+    return [(option, DEFAULT_MODEL if model == "default" else model) for option, model in found]
+
+
+def check_thread_models(
+    profile: Mapping[str, Any], overrides: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> None:
+    """Refuse a thread's overrides when they make it call a model whose API key is not set: a ConfigError
+    naming each such option and the variables to set. Checked when the overrides are set, as the profile's
+    models are at start-up, so no context read later waits on a model that cannot be called.
+
+    Only what the overrides add is reported: the profile's own models were checked when it was loaded (or
+    its caller brought its own gateway)."""
+    profile_missing = _keyless(parse_memory_config(profile), environ)
+    problems = [
+        ConfigProblem(
+            option,
+            model,
+            f"needs {' or '.join(needed)} to be set in the server's environment "
+            f"(or use the keyless local model {KEYLESS_MODEL!r})",
+        )
+        for option, model, needed in _keyless(
+            parse_memory_config(merge_config_layers(profile, overrides)), environ
+        )
+        if (option, model, needed) not in profile_missing
+    ]
+    if problems:
+        raise ConfigError.of(problems)
+
+
+def _keyless(
+    config: MemoryConfig, environ: Mapping[str, str] | None
+) -> list[tuple[str, str, tuple[str, ...]]]:
+    return [
+        (option, model, needed)
+        for option, model in model_options(config)
+        if (needed := missing_api_key(model, environ))
+    ]
 
 
 def retry_policy(config: MemoryConfig) -> RetryPolicy:

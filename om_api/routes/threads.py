@@ -38,9 +38,11 @@ from om_api.schemas import (
 from om_api.sse import event_stream
 from om_core.application.append import append_messages, configure_thread
 from om_core.application.context import read_context
+from om_core.application.erase import erase_thread
 from om_core.application.manual import observe_now, reflect_now
 from om_core.application.records import (
     Deps,
+    RecordNotFoundError,
     ResourceRequiredError,
     counter_for,
     load_state,
@@ -50,6 +52,7 @@ from om_core.application.records import (
     thread_stream_id,
 )
 from om_core.application.vector_index import GroupHit, search_observations, vector_index_enabled
+from om_core.bootstrap import check_thread_models
 from om_core.domain.context import build_status, om_metadata
 from om_core.domain.events import EVENT_CLASSES, DomainEvent, from_recorded
 from om_core.domain.parts import event_parts, parts_for_events, status_part
@@ -158,6 +161,8 @@ def list_threads(
 
 @router.put("/{thread_id}", response_model=Thread, responses=_ERRORS, summary="create or update a thread")
 def put_thread(thread_id: ThreadId, body: ThreadIn, deps: DepsDep, tenant: Tenant) -> dict[str, Any]:
+    if body.config is not None:
+        check_thread_models(deps.profile, body.config)
     state = configure_thread(
         deps,
         tenant=tenant,
@@ -177,12 +182,10 @@ def get_thread(thread_id: ThreadId, deps: DepsDep, tenant: Tenant) -> dict[str, 
 
 @router.delete("/{thread_id}", status_code=204, responses=_ERRORS, summary="erase the thread and its events")
 def delete_thread(thread_id: ThreadId, deps: DepsDep, tenant: Tenant) -> Response:
-    stream_id = thread_stream_id(tenant, thread_id)
-    removed = deps.store.delete_stream(stream_id)
-    # never needed again: a re-created thread gets new positions, which a held state can never match
-    deps.states.forget(stream_id)
-    if removed == 0:
-        raise not_found(thread_id)
+    try:
+        erase_thread(deps, tenant=tenant, thread_id=thread_id)
+    except RecordNotFoundError:
+        raise not_found(thread_id) from None
     return Response(status_code=204)
 
 

@@ -8,7 +8,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from om_core.application.ports import ModelError, ModelGateway, ModelRequest, ModelResponse
+from om_core.application.ports import (
+    ModelConfigurationError,
+    ModelError,
+    ModelGateway,
+    ModelRequest,
+    ModelResponse,
+)
 from om_core.application.records import counter_for
 from om_core.domain import thresholds
 from om_core.domain.config import Extractor, MemoryConfig
@@ -37,7 +43,8 @@ from om_core.domain.transcript import (
 )
 
 BUFFERED_SEPARATOR = "--- BUFFERED (pending activation) ---"
-DEGENERATE_ATTEMPTS = 2
+# an unusable answer (degenerate, or without any observation) is asked for once more, as Mastra does
+OBSERVER_ATTEMPTS = 2
 MAX_PARALLEL_BATCHES = 4
 
 
@@ -166,7 +173,7 @@ def observe_messages(
             extracted[spec.slug] = _run_schema_extractor(
                 models, config, model, spec, parsed.observations, transcript_text, state.extracted, tally
             )
-        except (ModelError, ValueError) as exc:
+        except (ModelError, ModelConfigurationError, ValueError) as exc:
             # one extractor failing never discards the observations or the other extractors
             failures[spec.slug] = str(exc)
     observations = parsed.observations.strip()
@@ -203,7 +210,11 @@ def _call_observer(
     *,
     multi_thread: bool,
 ) -> ObserverOutput:
-    """One Observer call; degenerate output is retried once, then the cycle fails."""
+    """One Observer call. An answer that is degenerate or holds no observation is a failed attempt: asked
+    once more, then the cycle fails, so the messages stay unobserved rather than leave the window with
+    nothing written for them. A transcript with nothing in it (only data parts, say) is not sent at all."""
+    if not transcript.text.strip():
+        return ObserverOutput("")
     forward_attachments = config.observation.observe_attachments is not False
     request = build_observer_request(
         transcript.text,
@@ -221,29 +232,48 @@ def _call_observer(
         attachments=transcript.attachments if forward_attachments else (),
     )
     model = thresholds.resolve_model(config, "observer", input_tokens)
-    for _ in range(DEGENERATE_ATTEMPTS):
-        response = models.complete(
-            ModelRequest(
-                model=model,
-                messages=request,
-                purpose="observer",
-                settings=_settings(config, "observer"),
-                provider_options=dict(config.observation.provider_options),
+    unusable: list[str] = []
+    for _ in range(OBSERVER_ATTEMPTS):
+        try:
+            response = models.complete(
+                ModelRequest(
+                    model=model,
+                    messages=request,
+                    purpose="observer",
+                    settings=_settings(config, "observer"),
+                    provider_options=dict(config.observation.provider_options),
+                )
             )
-        )
+        except ModelConfigurationError as exc:
+            # the config was accepted while the model could be called (its key was set then): a failed
+            # cycle that failurePolicy answers for, not an error of the service
+            raise ObserverFailedError(f"the Observer ({model}) cannot be called: {exc}", tally.calls) from exc
         tally.add(response)
         if detect_degenerate_repetition(response.text):
+            unusable.append("degenerate repetition")
             continue
-        return parse_observer_output(
+        parsed = parse_observer_output(
             response.text,
             inline_extractors=[s.slug for s in specs if s.inline],
             thread_title_enabled=config.observation.thread_title and not multi_thread,
             multi_thread=multi_thread,
         )
+        if not _observed_anything(parsed):
+            unusable.append("no observations")
+            continue
+        return parsed
     raise ObserverFailedError(
-        f"the Observer ({model}) answered with degenerate repetition {DEGENERATE_ATTEMPTS} times",
+        f"the Observer ({model}) answered {OBSERVER_ATTEMPTS} times without usable observations: "
+        + ", ".join(unusable),
         attempts=tally.calls,
     )
+
+
+def _observed_anything(output: ObserverOutput) -> bool:
+    # a multi-thread answer may hold only empty thread sections
+    if output.threads:
+        return any(thread.observations.strip() for thread in output.threads)
+    return bool(output.observations.strip())
 
 
 def thread_batches(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from om_core.application.observer import UsageTally, _settings, extractor_specs
-from om_core.application.ports import ModelGateway, ModelRequest
+from om_core.application.ports import ModelConfigurationError, ModelGateway, ModelRequest
 from om_core.application.records import counter_for
 from om_core.domain import thresholds
 from om_core.domain.config import MemoryConfig
@@ -74,15 +74,19 @@ def reflect_observations(
             prior_values=prior_values,
             buffered=buffered,
         )
-        response = models.complete(
-            ModelRequest(
-                model=model,
-                messages=request,
-                purpose="reflector",
-                settings=_settings(config, "reflector"),
-                provider_options=dict(config.reflection.provider_options),
+        try:
+            response = models.complete(
+                ModelRequest(
+                    model=model,
+                    messages=request,
+                    purpose="reflector",
+                    settings=_settings(config, "reflector"),
+                    provider_options=dict(config.reflection.provider_options),
+                )
             )
-        )
+        except ModelConfigurationError as exc:
+            # accepted while the model could be called (its key was set then): a failed cycle, not a crash
+            raise ReflectorFailedError(f"the Reflector ({model}) cannot be called: {exc}", levels) from exc
         tally.add(response)
         if detect_degenerate_repetition(response.text):
             continue

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from om_core.application.observer import ObserverFailedError, observe_messages
-from om_core.application.ports import DuplicateEventError, ModelError
+from om_core.application.ports import DuplicateEventError, ModelConfigurationError, ModelError
 from om_core.application.records import (
     TASK_INDEX_OBSERVATIONS,
     TASK_OBSERVE_BUFFER,
@@ -157,7 +157,7 @@ def run_indexing(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
     and counted, and indexing the cycle again (a redelivery) replaces whatever was stored."""
     try:
         index_observations(deps, stream_id, cycle_id)
-    except ModelError as error:
+    except (ModelError, ModelConfigurationError) as error:
         log.warning("indexing %s %s failed: %s", stream_id, cycle_id, error)
         return WorkOutcome.FAILED
     return WorkOutcome.COMPLETED

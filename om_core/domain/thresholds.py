@@ -27,7 +27,6 @@ from om_core.domain.config import (
 __all__ = [
     "DEFAULT_MODEL",
     "MAX_COMPRESSION_LEVEL",
-    "ModelSelectionError",
     "ObservationThresholds",
     "ReflectionThresholds",
     "Role",
@@ -76,18 +75,6 @@ MAX_COMPRESSION_ATTEMPTS = 4
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
 _OPENAI_SHORT_CACHE_MODELS = re.compile(r"^(gpt-4|gpt-5(-|$)|gpt-5\.[1-4](\D|$))")
-
-
-class ModelSelectionError(ValueError):
-    """No ``upTo`` tier of a ModelByInputTokens selector is large enough for the call's input."""
-
-    def __init__(self, role: Role, input_tokens: int, largest_tier: int) -> None:
-        self.role = role
-        self.input_tokens = input_tokens
-        self.largest_tier = largest_tier
-        super().__init__(
-            f"{role} input of {input_tokens} tokens exceeds the largest model tier (upTo {largest_tier})"
-        )
 
 
 # ------------------------------------------------------------------------------ numeric resolvers
@@ -397,16 +384,17 @@ def resolve_model(config: MemoryConfig, role: Role, input_tokens: int) -> str:
     """The model id for an Observer or Reflector call with ``input_tokens`` of input.
 
     Fallback: top-level ``model`` → the role's own model → the other role's model → the default.
-    A ModelByInputTokens selector picks the smallest ``upTo`` bound >= ``input_tokens``.
+    A ModelByInputTokens selector picks the smallest ``upTo`` bound >= ``input_tokens``; an input over
+    every bound goes to the largest tier (Mastra throws there, which would fail the cycle on every retry
+    with the same input, and the largest tier's model is the one meant for the biggest inputs).
     """
     spec = _model_spec(config, role)
     if spec is None:
         return DEFAULT_MODEL
     if not isinstance(spec, str):
+        # the tiers are sorted by bound, so the first that fits is the smallest
         fitting = [model for bound, model in spec.up_to.items() if bound >= input_tokens]
-        if not fitting:
-            raise ModelSelectionError(role, input_tokens, max(spec.up_to))
-        spec = fitting[0]
+        spec = fitting[0] if fitting else spec.up_to[max(spec.up_to)]
     return DEFAULT_MODEL if spec == "default" else spec
 
 

@@ -63,3 +63,20 @@ def test_credentials_check_passes_for_local_and_keyed_models() -> None:
     check_model_credentials(
         ["anthropic/claude-x", "xai/grok-4"], {"ANTHROPIC_API_KEY": "a", "XAI_API_KEY": "x"}
     )
+
+
+def test_a_thread_is_refused_only_the_keyless_models_its_overrides_add() -> None:
+    from om_core.bootstrap import check_thread_models
+    from om_core.domain.config import ConfigError
+
+    profile = {"model": "om-local/extractive"}
+    with pytest.raises(ConfigError) as refused:
+        check_thread_models(profile, {"reflection": {"model": {"upTo": {"10": "openai/gpt-5-mini"}}}}, {})
+    assert [(p.option, p.value) for p in refused.value.problems] == [
+        ("reflection.model.upTo.10", "openai/gpt-5-mini")
+    ]
+    assert "OPENAI_API_KEY" in refused.value.problems[0].rule
+    check_thread_models(profile, {"reflection": {"model": "openai/gpt-5-mini"}}, {"OPENAI_API_KEY": "k"})
+    # a profile that brought its own gateway is not re-judged on every thread
+    keyless_profile = {"model": "google/gemini-2.5-flash"}
+    check_thread_models(keyless_profile, {"observation": {"messageTokens": 500}}, {})

@@ -9,7 +9,6 @@ import pytest
 from om_core.domain.config import ConfigError, parse_memory_config
 from om_core.domain.thresholds import (
     DEFAULT_MODEL,
-    ModelSelectionError,
     ObservationThresholds,
     auto_idle_ttl_ms,
     buffer_interval,
@@ -409,9 +408,14 @@ def test_model_by_input_tokens_picks_the_smallest_fitting_tier() -> None:
     assert resolve_model(config, "observer", 500) == DEFAULT_MODEL
     assert resolve_model(config, "observer", 8_000) == DEFAULT_MODEL
     assert resolve_model(config, "reflector", 8_001) == "google/gemini-2.5-pro"
-    with pytest.raises(ModelSelectionError) as caught:
-        resolve_model(config, "reflector", 100_001)
-    assert caught.value.largest_tier == 100_000 and "100001" in str(caught.value)
+
+
+def test_an_input_over_every_tier_goes_to_the_largest_tier() -> None:
+    config = parse_memory_config({"model": {"upTo": {"100000": "google/gemini-2.5-pro", "8000": "default"}}})
+    assert resolve_model(config, "reflector", 100_001) == "google/gemini-2.5-pro"
+    assert resolve_model(config, "observer", 10**9) == "google/gemini-2.5-pro"
+    only_default = parse_memory_config({"observation": {"model": {"upTo": {"10": "default"}}}})
+    assert resolve_model(only_default, "observer", 11) == DEFAULT_MODEL
 
 
 def test_default_model_settings_per_role() -> None:

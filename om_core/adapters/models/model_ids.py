@@ -13,6 +13,7 @@ from om_core.application.ports import ModelConfigurationError
 
 OM_LOCAL_PROVIDER = "om-local"
 OM_LOCAL_MODELS = frozenset({"extractive", "hashing"})
+KEYLESS_MODEL = f"{OM_LOCAL_PROVIDER}/extractive"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,15 +82,21 @@ def api_key_from_env(provider: str, environ: Mapping[str, str] | None = None) ->
     return None
 
 
+def missing_api_key(mastra_id: str, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The variables one of which must be set before ``mastra_id`` can be called; empty when it can."""
+    provider = provider_of(mastra_id)
+    needed = PROVIDERS[provider].api_key_env
+    return needed if needed and api_key_from_env(provider, environ) is None else ()
+
+
 def check_model_credentials(model_ids: Iterable[str], environ: Mapping[str, str] | None = None) -> None:
     """Fail fast at start-up when a configured cloud model has no API key in the environment."""
-    problems: list[str] = []
-    for mastra_id in dict.fromkeys(model_ids):
-        provider = provider_of(mastra_id)
-        needed = PROVIDERS[provider].api_key_env
-        if needed and api_key_from_env(provider, environ) is None:
-            problems.append(f"model {mastra_id!r} needs {' or '.join(needed)} to be set")
+    problems = [
+        f"model {mastra_id!r} needs {' or '.join(needed)} to be set"
+        for mastra_id in dict.fromkeys(model_ids)
+        if (needed := missing_api_key(mastra_id, environ))
+    ]
     if problems:
         raise ModelConfigurationError(
-            "; ".join(problems) + " (or use the keyless local model 'om-local/extractive')"
+            "; ".join(problems) + f" (or use the keyless local model {KEYLESS_MODEL!r})"
         )

@@ -1,4 +1,4 @@
-"""Python client for the om HTTP API (service.md §5), sync (``OMClient``) and async (``AsyncOMClient``).
+"""Python client for the om HTTP API (docs/api.md), sync (``OMClient``) and async (``AsyncOMClient``).
 
     with OMClient("http://127.0.0.1:8080", api_key="om_…") as om:
         om.append("thread-1", [{"role": "user", "content": "hi"}], resource_id="user-1")

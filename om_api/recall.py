@@ -1,4 +1,4 @@
-"""The ``recall`` tool (reference §7.3): read back raw messages that observations only summarise.
+"""The ``recall`` tool (docs/api.md, Recall): read back raw messages that observations only summarise.
 
 Modes: ``messages`` (page around a cursor message, forward or backward, or from either end of the thread),
 ``threads`` (the record's threads with date filters) and ``search`` (Postgres full-text by default; SQLite

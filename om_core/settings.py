@@ -1,4 +1,4 @@
-"""Process settings, read from ``OM_*`` environment variables (service.md §5), and the memory profile.
+"""Process settings, read from ``OM_*`` environment variables (docs/operations.md), and the memory profile.
 
 The profile (``OM_PROFILE``) is a YAML or JSON file holding the default memory configuration; it is read
 and validated once, when the settings are built, so a bad profile stops the process at start-up with an

@@ -1,4 +1,4 @@
-"""The memory configuration: every option of semantics.md §2, validated when it is loaded.
+"""The memory configuration: every option of docs/configuration.md, validated when it is loaded.
 
 Options are accepted under Mastra's camelCase names and their snake_case equivalents, at every level. A
 validated ``MemoryConfig`` holds resolved values: options whose default depends on other options (buffering
@@ -559,7 +559,8 @@ class ReflectionConfig(_Section):
     provider_options: ProviderOptionsOption = Field(
         default_factory=lambda: {"google": {"thinkingConfig": {"thinkingBudget": 1024}}}
     )
-    # Reflection never inherits the top-level idle/provider-change options (semantics §2).
+    # Reflection never inherits the top-level idle/provider-change options (docs/configuration.md,
+    # reflection).
     activate_after_idle: IdleTTLOption = None
     activate_on_provider_change: StrictBool = False
     continuation_hints: StrictBool = True

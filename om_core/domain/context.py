@@ -1,4 +1,5 @@
-"""The projected context window (semantics §7) and the ``data-om-status`` object, built from the state.
+"""The projected context window (docs/semantics.md, What the agent sees) and the ``data-om-status`` object,
+built from the state.
 
 Both are pure functions of (state, config, now): a context read at version N and a replay to version N give
 the same answer, which is what time travel relies on.

@@ -21,7 +21,8 @@ from om_core.domain.timeutil import parse_time
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Every threshold of semantics §4–§5 resolved for one record at one moment."""
+    """Every threshold of docs/semantics.md (Thresholds, Buffering, Reflection) resolved for one record at one
+    moment."""
 
     message_threshold: int  # T
     buffer_tokens: int | None  # B; None when buffering is off
@@ -127,9 +128,9 @@ def next_decision(
 
 
 def same_model(a: str, b: str) -> bool:
-    """Provider-change comparison (reference §3.8): ``provider/model`` ids compare the provider by its
-    segment before the first dot (``openai.responses`` is ``openai``) and the model exactly; when either id
-    is bare, only the model names are compared."""
+    """Provider-change comparison (docs/semantics.md, Activation): ``provider/model`` ids compare the
+    provider by its segment before the first dot (``openai.responses`` is ``openai``) and the model
+    exactly; when either id is bare, only the model names are compared."""
     if "/" in a and "/" in b:
         provider_a, model_a = a.split("/", 1)
         provider_b, model_b = b.split("/", 1)
@@ -157,7 +158,7 @@ def _activation(
             block_after=limits.block_after,
         )
 
-    # precedence: provider change, then TTL, then threshold (semantics §4.6)
+    # precedence: provider change, then TTL, then threshold (docs/semantics.md, Activation)
     if (
         thresholds.resolve_activate_on_provider_change(config)
         and caller_model
@@ -228,7 +229,8 @@ def _buffer_request(
 
 
 def _must_observe_now(state: RecordState, limits: Limits) -> bool:
-    """Whether a context read has to observe before it returns (semantics §4.4, §4.5)."""
+    """Whether a context read has to observe before it returns (docs/semantics.md, blockAfter and synchronous
+    observation; Without buffering)."""
     p = state.pending_tokens
     if not limits.buffering or limits.block_after is None:
         return p >= limits.message_threshold
@@ -270,7 +272,8 @@ def _sync_observation(
 
 
 def _safe_buffer_prefix(candidates: list[WindowMessage]) -> list[WindowMessage]:
-    """Leave a trailing tool call whose result has not arrived out of the chunk (reference §3.2.3)."""
+    """Leave a trailing tool call whose result has not arrived out of the chunk (docs/semantics.md,
+    Buffering)."""
     end = len(candidates)
     while end > 0 and candidates[end - 1].pending_tool_call:
         end -= 1

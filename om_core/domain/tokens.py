@@ -1,4 +1,5 @@
-"""Token counting: the tokenizers and the per-message / per-conversation totals of semantics §3.
+"""Token counting: the tokenizers and the per-message / per-conversation totals (docs/semantics.md,
+Counting tokens).
 
 A message is counted once, when it is appended, and the count travels in its event, so everything here is a
 pure function of the message: no provider token-count endpoints and no remote image probing (the reference
@@ -492,9 +493,10 @@ def _mapping_path(value: Any, *keys: str) -> Any:
 
 
 class TokenCounter:
-    """Mastra's ``TokenCounter`` over any tokenizer: message and conversation totals of reference §2.2 and
-    the provider-aware attachment heuristics of §2.3, for the provider of ``provider_model``
-    (``"openai/gpt-5-mini"``; ``None`` or an unknown provider prices images like OpenAI's defaults)."""
+    """Mastra's ``TokenCounter`` over any tokenizer: its message and conversation totals and its
+    provider-aware attachment heuristics (docs/semantics.md, Counting tokens), for the provider of
+    ``provider_model`` (``"openai/gpt-5-mini"``; ``None`` or an unknown provider prices images like OpenAI's
+    defaults)."""
 
     def __init__(self, tokenizer: Tokenizer, provider_model: str | None = None) -> None:
         self.tokenizer = tokenizer

@@ -1,6 +1,6 @@
 """The web page in Debian's headless Chromium against a real `om serve --embedded` process.
 
-Skipped where Chromium is not installed (service.md §7 names Debian's chromium for this test).
+Skipped where Debian's Chromium is not installed (docs/operations.md, Tests in CI).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def test_long_conversation_over_http(client: TestClient, pg_app: tuple[Any, Deps
         assert ContextOut.model_validate(context).model_dump(mode="json") == context
         kinds.update(p["type"] for p in context["parts"])
         block_after = PROFILE["observation"]["messageTokens"] * PROFILE["observation"]["blockAfter"]
-        # a context read never returns a window over blockAfter (semantics §4.4)
+        # a context read never returns a window over blockAfter (docs/semantics.md, Invariants)
         assert context["pending_tokens"] < block_after
         max_pending = max(max_pending, context["pending_tokens"])
         r = client.post(f"/v1/threads/{THREAD}/messages", json={"messages": [turn.assistant]}, headers=AUTH_A)

@@ -1,4 +1,4 @@
-"""Memory configuration: defaults, every validation rule of semantics §2, key spelling, layering."""
+"""Memory configuration: defaults, every validation rule of docs/configuration.md, key spelling, layering."""
 
 from __future__ import annotations
 

@@ -110,7 +110,7 @@ def test_truncation_respects_budget_or_returns_only_marker(lines: list[str], bud
         assert only_marker or "[1 observations truncated here]" not in result.text
 
 
-# Context optimisation (reference §5.5)
+# Context optimisation (docs/semantics.md, The observation log and its dates)
 
 NOW = datetime(2023, 5, 20, 12, 0, tzinfo=UTC)
 

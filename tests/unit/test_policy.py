@@ -1,4 +1,4 @@
-"""Policy and fold, driven purely: events in, decisions out (reference §9.2 scenarios and our fixes)."""
+"""Policy and fold, driven purely: events in, decisions out (Mastra 1.31's worked scenarios and our fixes)."""
 
 from __future__ import annotations
 
@@ -119,7 +119,8 @@ def test_first_buffer_request_at_the_first_interval_multiple() -> None:
 
 
 def test_buffering_continues_between_threshold_and_block_after() -> None:
-    # Mastra stops buffering at T (PR #22078 proposes the band); semantics §4.1 buffers until A.
+    # Mastra stops buffering at T (PR #22078 proposes the band); we buffer until A (docs/semantics.md,
+    # Buffering).
     cfg = config(observation={"messageTokens": 10_000, "bufferTokens": 2_000})
     state = with_messages([10_500])  # P = 10,524: over T, under A = 12,000, nothing buffered
     d = decide(state, cfg, mode="append")

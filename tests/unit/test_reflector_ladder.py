@@ -1,4 +1,5 @@
-"""The compression ladder (reference §9.2 scenarios 23–25), with our fix: the smallest candidate wins.
+"""The compression ladder (docs/semantics.md, The compression ladder): Mastra 1.31's worked scenarios, with
+our fix: the smallest candidate wins.
 
 The Reflector's model is scripted here: the ladder's logic is what is under test, and a scripted model is
 the only way to make each attempt answer what the scenario needs. The real local model is exercised by the

@@ -85,7 +85,7 @@ def test_tokenx_splits_whitespace_and_punctuation_runs_from_words() -> None:
     assert TOKENX.count("foo. bar_baz...qux") == 7
 
 
-# --- message and conversation totals (reference §9.2 scenario 31) -------------------------------------------
+# --- message and conversation totals (docs/semantics.md, Counting tokens) -----------------------------------
 
 
 def test_hello_world_counts_7_and_31_in_a_conversation() -> None:

@@ -1,4 +1,4 @@
-"""Real Postgres, real Redis, real ``celery worker`` processes (service.md §7).
+"""Real Postgres, real Redis, real ``celery worker`` processes.
 
 Each test gets a scratch Postgres database migrated to head and a flushed Redis database number of its
 own; workers and beat are subprocesses configured only through ``OM_*`` variables.

@@ -1,4 +1,5 @@
-"""service.md §3 under faults: nothing lost, nothing applied twice, blockAfter holds with a slow model."""
+"""The work path (docs/operations.md, How work flows) under faults: nothing lost, nothing applied twice,
+blockAfter holds with a slow model."""
 
 from __future__ import annotations
 

@@ -203,6 +203,7 @@ def create_app(
     app.state.metrics = Metrics()
     app.state.sse_poll_interval = sse_poll_interval
     app.state.sse_heartbeat_interval = sse_heartbeat_interval
+    # first: the middleware answering unexpected errors must be the innermost one
     errors.install(app)
     app.include_router(threads.router)
     app.include_router(system.router)

@@ -1,4 +1,4 @@
-"""``/v1/threads/{thread_id}…``: thin handlers over the use cases (service.md §5).
+"""``/v1/threads/{thread_id}…``: thin handlers over the use cases (docs/api.md, Endpoints).
 
 Handlers are plain functions (FastAPI runs them in its thread pool) because the use cases and the store
 are synchronous. Each one resolves the tenant from the key, calls one use case, and shapes the answer.

@@ -1,4 +1,4 @@
-"""Running the Reflector: the compression ladder (semantics §5.4)."""
+"""Running the Reflector: the compression ladder (docs/semantics.md, The compression ladder)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Threshold arithmetic over a ``MemoryConfig``: pure functions, no I/O.
 
-Symbols follow semantics.md §4–5: ``T`` message threshold, ``B`` resolved bufferTokens, ``A`` resolved
+Symbols follow docs/semantics.md (Thresholds, Buffering, Activation): ``T`` message threshold, ``B`` resolved bufferTokens, ``A`` resolved
 blockAfter, ``P`` unobserved message tokens, ``R`` reflection.observationTokens, ``O`` observation tokens.
 The numeric resolvers take plain numbers so they can be checked against the reference's worked scenarios
-(reference §9.2); the ``resolve_*_thresholds`` functions apply them to a configuration.
+(docs/semantics.md, Thresholds); the ``resolve_*_thresholds`` functions apply them to a configuration.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def should_request_buffer(
     unbuffered_tokens: int,
     thresholds: ObservationThresholds,
 ) -> bool:
-    """Semantics §4.1: request a background Observer run when ``P`` has crossed a new multiple of the
+    """docs/semantics.md, Buffering: request a background Observer run when ``P`` has crossed a new multiple of the
     interval since ``last_boundary_tokens``, ``P < A`` (buffering goes on between ``T`` and ``A``), and at
     least ``B/2`` tokens are neither observed nor already in a chunk."""
     buffer_tokens, block_after = thresholds.buffer_tokens, thresholds.block_after
@@ -183,7 +183,7 @@ def select_chunks_to_activate(
     retention_floor: int,
     block_after: int | None,
 ) -> int:
-    """How many chunks, from the oldest, an activation consumes (reference §3.4 step 4).
+    """How many chunks, from the oldest, an activation consumes (docs/semantics.md, Activation).
 
     The aim is to remove ``P − floor`` tokens: prefer the first prefix reaching that target if it
     overshoots by at most 0.95·floor, else the longest prefix below it, and always leave at least
@@ -224,7 +224,7 @@ def select_chunks_to_activate(
 
 @dataclass(frozen=True, slots=True)
 class ReflectionThresholds:
-    """Reflection points in observation tokens (semantics §5). Without buffering only ``R`` matters."""
+    """Reflection points in observation tokens (docs/semantics.md, Reflection). Without buffering only ``R`` matters."""
 
     observation_tokens: int
     buffer_start_tokens: int | None
@@ -296,7 +296,7 @@ def validate_compression(tokens: int, target: int) -> bool:
 
 
 def auto_idle_ttl_ms(model: str, provider_options: Mapping[str, Any] | None = None) -> int:
-    """The ``"auto"`` idle TTL: how long the caller's provider keeps a prompt cache warm (semantics §2).
+    """The ``"auto"`` idle TTL: how long the caller's provider keeps a prompt cache warm (docs/configuration.md, activateAfterIdle).
 
     ``model`` is ``provider/model-id``; the provider is matched by substring, lowercased. A bare id
     without a provider counts as unknown.
@@ -375,7 +375,7 @@ def _model_spec(config: MemoryConfig, role: Role) -> ModelSpec | None:
 
 
 def uses_default_model_selection(config: MemoryConfig, role: Role) -> bool:
-    """No explicit model, ``"default"``, or a ModelByInputTokens selector (reference §1)."""
+    """No explicit model, ``"default"``, or a ModelByInputTokens selector (docs/configuration.md, ModelByInputTokens)."""
     spec = _model_spec(config, role)
     return spec is None or spec == "default" or not isinstance(spec, str)
 

@@ -1,4 +1,4 @@
-"""Threshold arithmetic, checked against the reference's worked scenarios (reference §9.2)."""
+"""Threshold arithmetic, checked against worked scenarios of Mastra's arithmetic (docs/semantics.md, Thresholds)."""
 
 from __future__ import annotations
 
@@ -210,7 +210,7 @@ def test_scenario_9_trigger_on_each_new_multiple() -> None:
 
 
 def test_buffering_continues_between_threshold_and_block_after() -> None:
-    # Semantics §4.1 (unlike Mastra 1.31.0, which stops at the threshold).
+    # docs/semantics.md, Buffering (unlike Mastra 1.31.0, which stops at the threshold).
     thresholds = resolve_observation_thresholds(parse_memory_config(None), 0)
     assert should_request_buffer(31_000, 29_000, 3_000, thresholds)
     assert should_request_buffer(35_999, 32_000, 3_999, thresholds)

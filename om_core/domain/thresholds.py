@@ -1,9 +1,10 @@
 """Threshold arithmetic over a ``MemoryConfig``: pure functions, no I/O.
 
-Symbols follow docs/semantics.md (Thresholds, Buffering, Activation): ``T`` message threshold, ``B`` resolved bufferTokens, ``A`` resolved
-blockAfter, ``P`` unobserved message tokens, ``R`` reflection.observationTokens, ``O`` observation tokens.
-The numeric resolvers take plain numbers so they can be checked against the reference's worked scenarios
-(docs/semantics.md, Thresholds); the ``resolve_*_thresholds`` functions apply them to a configuration.
+Symbols follow docs/semantics.md (Thresholds, Buffering, Activation): ``T`` message threshold, ``B``
+resolved bufferTokens, ``A`` resolved blockAfter, ``P`` unobserved message tokens, ``R``
+reflection.observationTokens, ``O`` observation tokens. The numeric resolvers take plain numbers so they can
+be checked against worked scenarios of Mastra's arithmetic; the ``resolve_*_thresholds`` functions apply them
+to a configuration.
 """
 
 from __future__ import annotations
@@ -164,9 +165,9 @@ def should_request_buffer(
     unbuffered_tokens: int,
     thresholds: ObservationThresholds,
 ) -> bool:
-    """docs/semantics.md, Buffering: request a background Observer run when ``P`` has crossed a new multiple of the
-    interval since ``last_boundary_tokens``, ``P < A`` (buffering goes on between ``T`` and ``A``), and at
-    least ``B/2`` tokens are neither observed nor already in a chunk."""
+    """Request a background Observer run (docs/semantics.md, Buffering) when ``P`` has crossed a new
+    multiple of the interval since ``last_boundary_tokens``, ``P < A`` (buffering goes on between ``T`` and
+    ``A``), and at least ``B/2`` tokens are neither observed nor already in a chunk."""
     buffer_tokens, block_after = thresholds.buffer_tokens, thresholds.block_after
     if buffer_tokens is None or block_after is None or pending_tokens >= block_after:
         return False
@@ -224,7 +225,8 @@ def select_chunks_to_activate(
 
 @dataclass(frozen=True, slots=True)
 class ReflectionThresholds:
-    """Reflection points in observation tokens (docs/semantics.md, Reflection). Without buffering only ``R`` matters."""
+    """Reflection points in observation tokens (docs/semantics.md, Reflection). Without buffering only
+    ``R`` matters."""
 
     observation_tokens: int
     buffer_start_tokens: int | None
@@ -296,7 +298,8 @@ def validate_compression(tokens: int, target: int) -> bool:
 
 
 def auto_idle_ttl_ms(model: str, provider_options: Mapping[str, Any] | None = None) -> int:
-    """The ``"auto"`` idle TTL: how long the caller's provider keeps a prompt cache warm (docs/configuration.md, activateAfterIdle).
+    """The ``"auto"`` idle TTL: how long the caller's provider keeps a prompt cache warm
+    (docs/configuration.md, activateAfterIdle).
 
     ``model`` is ``provider/model-id``; the provider is matched by substring, lowercased. A bare id
     without a provider counts as unknown.
@@ -375,7 +378,8 @@ def _model_spec(config: MemoryConfig, role: Role) -> ModelSpec | None:
 
 
 def uses_default_model_selection(config: MemoryConfig, role: Role) -> bool:
-    """No explicit model, ``"default"``, or a ModelByInputTokens selector (docs/configuration.md, ModelByInputTokens)."""
+    """No explicit model, ``"default"``, or a ModelByInputTokens selector (docs/configuration.md,
+    ModelByInputTokens)."""
     spec = _model_spec(config, role)
     return spec is None or spec == "default" or not isinstance(spec, str)
 

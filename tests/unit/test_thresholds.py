@@ -1,4 +1,4 @@
-"""Threshold arithmetic, checked against worked scenarios of Mastra's arithmetic (docs/semantics.md, Thresholds)."""
+"""Threshold arithmetic, checked against worked scenarios (docs/semantics.md, Thresholds)."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from pathlib import Path
 
 from alembic.config import Config
@@ -11,20 +12,31 @@ from sqlalchemy.engine import make_url
 
 from alembic import command
 
-# The repository root holds alembic.ini and alembic/; this module sits three packages below it, which is
-# also where an editable install leaves it.
-REPO_ROOT = Path(__file__).resolve().parents[3]
-ALEMBIC_INI = REPO_ROOT / "alembic.ini"
-SCRIPT_LOCATION = REPO_ROOT / "alembic"
+MIGRATIONS_PACKAGE = "om_migrations"
+
+
+def script_location() -> Path:
+    """The Alembic scripts: the checkout's top-level alembic/ folder, installed as the om_migrations package.
+
+    That folder has no ``__init__.py`` (one would shadow the Alembic library when the checkout is on
+    sys.path), so the package is a namespace package. Its search path is the folder, in a wheel and in an
+    editable install alike; importlib.resources cannot open an editable install's namespace package.
+    """
+    spec = find_spec(MIGRATIONS_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for location in map(Path, locations):
+        if (location / "env.py").is_file():
+            return location
+    raise RuntimeError(
+        f"om's migrations (the {MIGRATIONS_PACKAGE} package) are not installed: reinstall om"
+        " (in a checkout: pip install -e .)"
+    )
 
 
 def alembic_config(url: str) -> Config:
-    if not SCRIPT_LOCATION.is_dir():
-        raise RuntimeError(
-            f"alembic scripts not found at {SCRIPT_LOCATION}; is om installed from a checkout?"
-        )
-    config = Config(str(ALEMBIC_INI)) if ALEMBIC_INI.is_file() else Config()
-    config.set_main_option("script_location", str(SCRIPT_LOCATION))
+    # No alembic.ini: it configures the alembic command line in a checkout, and a wheel has none.
+    config = Config()
+    config.set_main_option("script_location", str(script_location()))
     # Passed as an attribute, not a main option: ConfigParser would treat a '%' in a password as
     # interpolation.
     config.attributes["url"] = url

@@ -14,7 +14,6 @@ from alembic.runtime.migration import MigrationContext
 
 from alembic import command
 from om_core.adapters.store.migrations import (
-    REPO_ROOT,
     alembic_config,
     current_revision,
     downgrade_to_base,
@@ -22,6 +21,7 @@ from om_core.adapters.store.migrations import (
 )
 from om_core.adapters.store.schema import applies_to, metadata
 
+REPO_ROOT = Path(__file__).resolve().parents[3]
 TABLES = {"om_events", "om_records", "om_messages", "om_outbox", "om_api_keys", "om_indexed_groups"}
 
 

@@ -1,0 +1,223 @@
+"""om from its wheel, as a user or the Docker image installs it: built from what the Dockerfile copies,
+installed into a fresh virtualenv outside the checkout, and run from a directory that is not the checkout.
+
+The virtualenv borrows the dependencies already installed beside the test's interpreter (a ``.pth`` line),
+so the test needs no index; om itself, and its migrations, come only from the wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from alembic.script import ScriptDirectory
+
+from om_core.adapters.store.migrations import alembic_config, current_revision
+from om_workers.harness import free_port, wait_for
+from tests.integration.store.conftest import create_postgres_database, drop_postgres_database
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass(frozen=True)
+class Install:
+    wheel: Path
+    venv: Path
+    cwd: Path
+
+    @property
+    def om(self) -> str:
+        return str(self.venv / "bin" / "om")
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OM_") and k != "PYTHONPATH"}
+        return {**env, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **extra}
+
+    def run(self, *argv: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv,
+            cwd=self.cwd,
+            env=self.env(**env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+
+def _stages() -> list[list[list[str]]]:
+    """The Dockerfile's stages, each a list of its instructions split into words (no line continuations)."""
+    stages: list[list[list[str]]] = []
+    for line in DOCKERFILE.read_text().splitlines():
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if words[0] == "FROM":
+            stages.append([])
+        stages[-1].append(words)
+    return stages
+
+
+def _build_context(into: Path) -> Path:
+    """What the build stage COPYs, laid out as it lays it out in its WORKDIR."""
+    build, *_ = _stages()
+    into.mkdir()
+    for words in build:
+        if words[0] != "COPY":
+            continue
+        *sources, destination = words[1:]
+        for source in sources:
+            matches = sorted(ROOT.glob(source))
+            assert matches or source.endswith("*"), (
+                f"the Dockerfile copies {source}, which is not in the repo"
+            )
+            for match in matches:
+                assert destination in ("./", ".", source), f"unexpected COPY form: {' '.join(words)}"
+                target = into / match.relative_to(ROOT)
+                if match.is_dir():
+                    shutil.copytree(match, target, ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    shutil.copy2(match, target)
+    return into
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Install:
+    base = tmp_path_factory.mktemp("wheel")
+    source = _build_context(base / "src")
+    dist = base / "dist"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--wheel-dir", str(dist), str(source)], check=True, timeout=180
+    )
+    (wheel,) = dist.glob("om-*.whl")
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [*pip, "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)], check=True
+    )
+    # Only now: pip would otherwise see (and offer to replace) the checkout's editable om through this line.
+    site_packages = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    dependencies = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (Path(site_packages) / "_om_test_dependencies.pth").write_text("\n".join(sorted(dependencies)) + "\n")
+    cwd = base / "elsewhere"
+    cwd.mkdir()
+    return Install(wheel=wheel, venv=venv, cwd=cwd)
+
+
+def test_the_wheel_carries_every_module_and_the_migrations(installed: Install) -> None:
+    names = set(zipfile.ZipFile(installed.wheel).namelist())
+    for package in ("om_core", "om_api", "om_workers"):
+        for module in (ROOT / package).rglob("*.py"):
+            assert module.relative_to(ROOT).as_posix() in names
+    migrations = {p.relative_to(ROOT / "alembic").as_posix() for p in (ROOT / "alembic").rglob("*.*")}
+    migrations = {m for m in migrations if "__pycache__" not in m}
+    assert {"env.py", "script.py.mako", "versions/0001_initial.py"} <= migrations
+    assert {f"om_migrations/{m}" for m in migrations} <= names
+    # the Alembic library owns the import name "alembic"
+    assert not any(name.startswith("alembic/") for name in names)
+
+
+def test_om_and_its_migrations_come_from_the_virtualenv_not_the_checkout(installed: Install) -> None:
+    code = (
+        "import om_core\n"
+        "from om_core.adapters.store.migrations import script_location\n"
+        "print(om_core.__file__)\n"
+        "print(script_location())\n"
+    )
+    result = installed.run(str(installed.venv / "bin" / "python"), "-c", code)
+    assert result.returncode == 0, result.stderr
+    package, migrations = map(Path, result.stdout.split())
+    assert package.is_relative_to(installed.venv)
+    assert migrations.is_relative_to(installed.venv) and migrations.name == "om_migrations"
+
+
+def test_demo_runs(installed: Install) -> None:
+    result = installed.run(installed.om, "demo", "--turns", "40", "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["turns"] == 40
+
+
+@pytest.fixture
+def empty_postgres_url() -> Iterator[str]:
+    url = create_postgres_database("om_test_wheel")
+    try:
+        yield url
+    finally:
+        drop_postgres_database(url)
+
+
+def test_migrate_upgrades_an_empty_postgres_database_to_head(
+    installed: Install, empty_postgres_url: str
+) -> None:
+    result = installed.run(installed.om, "migrate", OM_DATABASE_URL=empty_postgres_url)
+    assert result.returncode == 0, result.stderr
+    head = ScriptDirectory.from_config(alembic_config(empty_postgres_url)).get_current_head()
+    assert head is not None
+    assert current_revision(empty_postgres_url) == head
+
+
+def test_serve_embedded_answers_healthz(installed: Install) -> None:
+    profile = installed.cwd / "profile.json"
+    profile.write_text(json.dumps({"model": "om-local/extractive"}))
+    port = free_port()
+    log_path = installed.cwd / "serve.log"
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(
+            [installed.om, "serve", "--embedded"],
+            cwd=installed.cwd,
+            env=installed.env(
+                OM_PROFILE=str(profile),
+                OM_DATABASE_URL=f"sqlite:///{installed.cwd / 'serve.sqlite3'}",
+                OM_HOST="127.0.0.1",
+                OM_PORT=str(port),
+            ),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def healthy() -> bool:
+        if server.poll() is not None:
+            raise AssertionError(
+                f"om serve --embedded exited with {server.returncode}:\n{log_path.read_text()}"
+            )
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_for(healthy, 90, 0.2, what="om serve --embedded answering /healthz")
+    finally:
+        server.terminate()
+        server.wait(30)
+    # uvicorn shuts down cleanly on SIGTERM, then re-raises it
+    assert server.returncode in (0, -signal.SIGTERM), log_path.read_text()
+
+
+def test_the_image_installs_the_wheel_and_copies_nothing_beside_it() -> None:
+    _, runtime = _stages()
+    copies = [words for words in runtime if words[0] == "COPY"]
+    assert copies
+    assert all(words[1] == "--from=build" and words[2:] == ["/wheels", "/wheels"] for words in copies), copies

@@ -10,6 +10,11 @@ Framing: each SSE event carries every part of one domain event (its lifecycle pa
 it) as consecutive ``data:`` messages, and only the last one carries ``id: <global position>``. A client's
 Last-Event-ID therefore only ever names a fully delivered event; resuming from it replays nothing and
 loses nothing. Heartbeats are SSE comments.
+
+Erasure: each poll re-reads the last event sent along with the new ones. When it is gone (the thread was
+erased, and perhaps created again: a new lineage has new positions), the stream closes every cycle still
+in flight, as discarded, with ``id: 0`` (a resume then finds the thread gone, or replays the new
+lineage from its start) and ends. Nothing of a new lineage is ever folded onto the old one's state.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -27,8 +33,9 @@ from om_core.application.records import load_state, record_config
 from om_core.domain.config import MemoryConfig
 from om_core.domain.envelope import RecordedEvent
 from om_core.domain.events import DomainEvent, from_recorded
-from om_core.domain.parts import changes_status, event_parts, status_part
+from om_core.domain.parts import changes_status, erased_parts, event_parts, status_part
 from om_core.domain.state import RecordState, fold, initial_state
+from om_core.domain.timeutil import format_time
 
 PAGE = 500
 
@@ -48,25 +55,41 @@ def parts_of(
     return parts
 
 
-def starting_state(store: EventStore, stream_id: str, last_position: int | None) -> tuple[RecordState, int]:
-    """The state to fold from and the version it reflects.
+def starting_state(
+    store: EventStore, stream_id: str, last_position: int | None
+) -> tuple[RecordState, int, int]:
+    """The state to fold from, the version it reflects and the position of the event at that version (0:
+    none, or not known yet).
 
     Without a resume point the stream starts live: from the current projection. With one, from a fresh
     fold of the events up to and including the one at ``last_position`` (positions rise within a stream).
     """
     if last_position is None:
         state = load_state(store, stream_id)
-        return state, state.version
+        return state, state.version, state.position
     state = initial_state(stream_id)
-    version = 0
+    version = position = 0
     while True:
         page = store.read_stream(stream_id, after_version=version, limit=PAGE)
         upto = [r for r in page if r.global_position <= last_position]
         if upto:
             state = fold(state, [from_recorded(r) for r in upto], version=upto[-1].stream_version)
-            version = upto[-1].stream_version
+            version, position = upto[-1].stream_version, upto[-1].global_position
         if len(upto) < len(page) or len(page) < PAGE:
-            return state, version
+            return state, version, position
+
+
+def _since_sent(
+    store: EventStore, stream_id: str, version: int, position: int
+) -> tuple[list[RecordedEvent], int] | None:
+    """The events after ``version`` and the position of the one at ``version``; None when that one is
+    no longer there (erased, or another lineage's event at that version)."""
+    if version == 0:
+        return store.read_stream(stream_id, after_version=0, limit=PAGE), 0
+    page = store.read_stream(stream_id, after_version=version - 1, limit=PAGE + 1)
+    if not page or page[0].stream_version != version or position not in (0, page[0].global_position):
+        return None
+    return page[1:], page[0].global_position
 
 
 async def event_stream(
@@ -80,7 +103,7 @@ async def event_stream(
     heartbeat_interval: float = 15.0,
     max_seconds: float | None = None,
 ) -> AsyncIterator[str]:
-    state, version = await run_in_threadpool(starting_state, store, stream_id, last_position)
+    state, version, position = await run_in_threadpool(starting_state, store, stream_id, last_position)
     # how soon to reconnect; no initial snapshot part, so a resumed stream repeats nothing
     yield "retry: 1000\n\n"
     started = last_beat = time.monotonic()
@@ -88,9 +111,13 @@ async def event_stream(
         if await is_disconnected():
             return
         try:
-            page = await run_in_threadpool(store.read_stream, stream_id, version, PAGE)
+            since = await run_in_threadpool(_since_sent, store, stream_id, version, position)
         except StoreUnavailableError:
-            page = []  # keep the connection; the next poll tries again
+            since = [], position  # keep the connection; the next poll tries again
+        if since is None:
+            yield _erased(state)
+            return
+        page, position = since
         for recorded in page:
             event = from_recorded(recorded)
             after = fold(state, [event], version=recorded.stream_version)
@@ -105,7 +132,7 @@ async def event_stream(
                 # no part for this event, but the id still moves so a resume does not re-read it
                 chunk = f"id: {recorded.global_position}\n: {event.event_type}\n\n"
             yield chunk
-            state, version = after, recorded.stream_version
+            state, version, position = after, recorded.stream_version, recorded.global_position
         now = time.monotonic()
         if max_seconds is not None and now - started >= max_seconds:
             return
@@ -115,3 +142,11 @@ async def event_stream(
             last_beat = now
             yield ": ping\n\n"
         await asyncio.sleep(poll_interval)
+
+
+def _erased(state: RecordState) -> str:
+    """The closing parts of what was in flight when the thread was erased; the last carries ``id: 0``."""
+    parts = erased_parts(state, format_time(datetime.now(UTC)))
+    if not parts:
+        return "id: 0\n: erased\n\n"
+    return "".join(format_sse(part, 0 if i == len(parts) - 1 else None) for i, part in enumerate(parts))

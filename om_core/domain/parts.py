@@ -17,17 +17,26 @@ Mapping (ours → Mastra):
 - ChunksActivated → one data-om-activation per chunk (cycleId = the chunk's buffering cycle);
   ReflectionActivated → one data-om-activation (operationType reflection).
 - ThreadTitleChanged → data-om-thread-update.
-Stale results, buffer-run starts, extraction and bookkeeping events have no Mastra counterpart: no part.
+Buffer-run starts, extraction and bookkeeping events have no Mastra counterpart: no part.
+
+Every start is closed exactly once. A cycle is open while it holds its slot in the state (buffer, sync,
+reflection in flight); the event that takes it out of its slot closes it. Its own result does so with the
+parts above; otherwise (a synchronous observation overtaking a buffer run, a synchronous reflection
+overtaking a buffered one, a stale result of a cycle still in its slot) the cycle is closed, just before
+that event's own parts, by the ``-end`` of its kind marked ``discarded: true`` with a ``reason``, nothing
+observed or buffered. A stale result of a cycle closed earlier adds nothing. ``cycle_closure`` checks this
+for a whole stream; ``erased_parts`` closes what an erasure left in flight (no event records that).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from om_core.domain.config import MemoryConfig
+from om_core.domain.config import MemoryConfig, parse_memory_config
 from om_core.domain.context import build_status
 from om_core.domain.events import (
     ChunksActivated,
@@ -36,19 +45,30 @@ from om_core.domain.events import (
     ObservationBufferCompleted,
     ObservationBufferFailed,
     ObservationBufferRequested,
+    ObservationBufferStale,
     ReflectionActivated,
     ReflectionBuffered,
     ReflectionCompleted,
     ReflectionFailed,
     ReflectionRequested,
+    ReflectionStale,
+    StaleOutcome,
     SyncObservationCompleted,
     SyncObservationFailed,
+    SyncObservationStale,
     SyncObservationStarted,
     TemporalMarkerInserted,
     ThreadTitleChanged,
 )
 from om_core.domain.policy import resolve_limits
-from om_core.domain.state import RecordState, fold
+from om_core.domain.state import (
+    BufferInFlight,
+    RecordState,
+    ReflectionInFlight,
+    SyncInFlight,
+    fold,
+    initial_state,
+)
 
 Part = dict[str, Any]
 
@@ -62,6 +82,9 @@ BUFFERING_FAILED = "data-om-buffering-failed"
 ACTIVATION = "data-om-activation"
 THREAD_UPDATE = "data-om-thread-update"
 
+# the reason a discarded part gives when the record itself was erased
+ERASED = "the thread was erased"
+
 PART_TYPES = (
     STATUS,
     OBSERVATION_START,
@@ -74,6 +97,15 @@ PART_TYPES = (
     THREAD_UPDATE,
 )
 
+# Events that can take a cycle out of flight without being its own result: a cycle that took over its
+# slot, or a stale result. Their parts close the cycle they displaced, which only the prior state names.
+_DISPLACES = (
+    SyncObservationStarted,
+    ReflectionRequested,
+    ObservationBufferStale,
+    SyncObservationStale,
+    ReflectionStale,
+)
 # Events whose parts read the state as it was before them (what was in flight, what was buffered).
 _NEEDS_PRIOR = (
     ChunksActivated,
@@ -83,6 +115,7 @@ _NEEDS_PRIOR = (
     ReflectionFailed,
     ObservationBufferCompleted,
     ReflectionBuffered,
+    *_DISPLACES,
 )
 # Events after which the status object can change: a status part follows each of them on the live stream.
 _CHANGES_STATUS = (
@@ -91,13 +124,16 @@ _CHANGES_STATUS = (
     ObservationBufferRequested,
     ObservationBufferCompleted,
     ObservationBufferFailed,
+    ObservationBufferStale,
     ChunksActivated,
+    SyncObservationStarted,
     SyncObservationCompleted,
     ReflectionRequested,
     ReflectionBuffered,
     ReflectionActivated,
     ReflectionCompleted,
     ReflectionFailed,
+    ReflectionStale,
 )
 
 
@@ -122,11 +158,33 @@ def event_parts(
 ) -> list[Part]:
     """The lifecycle parts one event stands for (status parts excluded), in Mastra's emission order.
 
-    ``before`` may be None only for events where ``needs_prior_state`` is False.
+    ``before`` may be None only for events where ``needs_prior_state`` is False. A cycle the event took
+    out of flight without it being the cycle's own result is closed first, as a discarded ``-end``.
     """
     if needs_prior_state(event) and before is None:
         raise ValueError(f"{event.event_type} parts need the state before the event")
     ids = {"recordId": after.stream_id, "threadId": after.thread_id}
+    own = _own_parts(event, before, after, config, ids)
+    if before is None or not isinstance(event, _DISPLACES):
+        return own
+    at, reason = _displacement(event)
+    return [*_discarded(before, after, at, reason, ids), *own]
+
+
+def erased_parts(state: RecordState, at: str) -> list[Part]:
+    """The closing parts of the cycles in flight in ``state`` when its record was erased at ``at``: no
+    event records an erasure, so whoever was following the record (the live stream) closes them."""
+    ids = {"recordId": state.stream_id, "threadId": state.thread_id}
+    return _discarded(state, initial_state(state.stream_id), at, ERASED, ids)
+
+
+def _own_parts(
+    event: DomainEvent,
+    before: RecordState | None,
+    after: RecordState,
+    config: MemoryConfig,
+    ids: dict[str, Any],
+) -> list[Part]:
     if isinstance(event, ObservationBufferRequested):
         start = _Start("observation", event.requested_at, "tokensToBuffer", event.message_tokens)
         return [_start_part(BUFFERING_START, event.cycle_id, start, ids, after, config)]
@@ -329,6 +387,67 @@ def parts_for_events(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class CycleClosure:
+    """How the start parts of a stream were closed. Each list holds cycle ids, in first-seen order."""
+
+    # started and not closed yet: the cycles in flight, and nothing else once the stream has settled
+    unclosed: list[str]
+    # more than one closing part
+    closed_twice: list[str]
+    # more than one start part
+    started_twice: list[str]
+    # a closing part with no start part before it
+    closed_unstarted: list[str]
+
+    @property
+    def ok(self) -> bool:
+        """Every start closed exactly once (true only of a stream with no cycle in flight)."""
+        return not (self.unclosed or self.closed_twice or self.started_twice or self.closed_unstarted)
+
+
+_STARTS = (BUFFERING_START, OBSERVATION_START)
+_CLOSES = (BUFFERING_END, BUFFERING_FAILED, OBSERVATION_END, OBSERVATION_FAILED)
+
+
+def closure_of_parts(parts: Iterable[Part]) -> CycleClosure:
+    """Pair the start parts in ``parts`` (in emission order) with their closing parts by cycle id."""
+    starts: Counter[str] = Counter()
+    closes: Counter[str] = Counter()
+    unstarted: list[str] = []
+    for part in parts:
+        if part["type"] not in _STARTS and part["type"] not in _CLOSES:
+            continue
+        cycle_id = str(part["data"].get("cycleId", part["id"]))
+        if part["type"] in _STARTS:
+            starts[cycle_id] += 1
+            continue
+        if not starts[cycle_id] and cycle_id not in unstarted:
+            unstarted.append(cycle_id)
+        closes[cycle_id] += 1
+    return CycleClosure(
+        unclosed=[c for c in starts if starts[c] and not closes[c]],
+        closed_twice=[c for c in closes if closes[c] > 1],
+        started_twice=[c for c in starts if starts[c] > 1],
+        closed_unstarted=unstarted,
+    )
+
+
+def cycle_closure(events: Iterable[DomainEvent], config: MemoryConfig | None = None) -> CycleClosure:
+    """The closure of a whole stream's start parts, from its domain events (first event first).
+
+    For checkers: folds the events from an empty record through ``parts_for_events``, as the live stream
+    does. ``config`` only shapes the parts' ``config`` fields, never which parts there are.
+    """
+    parts = parts_for_events(
+        initial_state("cycle-closure"),
+        list(events),
+        config if config is not None else parse_memory_config({}),
+        status_after_each=False,
+    )
+    return closure_of_parts(p for _, batch in parts for p in batch)
+
+
 # --- helpers ----------------------------------------------------------------------------------------------
 
 
@@ -386,6 +505,76 @@ def _end_part(
             **ids,
         },
     )
+
+
+def _displacement(event: SyncObservationStarted | ReflectionRequested | StaleOutcome) -> tuple[str, str]:
+    """When a displacing event happened and why the cycle it displaced produced nothing."""
+    if isinstance(event, StaleOutcome):
+        return event.at, event.reason
+    if isinstance(event, SyncObservationStarted):
+        return event.started_at, f"synchronous observation {event.cycle_id} took over its messages"
+    return event.requested_at, f"synchronous reflection {event.cycle_id} took over the log"
+
+
+def _discarded(
+    before: RecordState, after: RecordState, at: str, reason: str, ids: dict[str, Any]
+) -> list[Part]:
+    """The closing part of each cycle that was in flight in ``before`` and no longer is in ``after``.
+
+    Such a cycle produced nothing that was applied: its part is the ``-end`` of its kind with nothing
+    observed or buffered, ``discarded: true`` and why. An ``-end``, not a ``-failed``: Mastra front ends
+    stop the cycle's spinner on either, but treat a failure as an error to show (or abort on).
+    """
+    verdict = {"discarded": True, "reason": reason}
+    parts: list[Part] = []
+    buffer = before.buffer_in_flight
+    if buffer is not None and not _holds(after.buffer_in_flight, buffer.cycle_id):
+        # bufferedTokens keeps its meaning, what is buffered after the cycle: the chunks that were there
+        outcome = _unbuffered(after.chunk_observation_tokens, verdict)
+        duration = _since(buffer.requested_at, at)
+        parts.append(_end_part(BUFFERING_END, buffer.cycle_id, "observation", at, duration, outcome, ids))
+    sync = before.sync_in_flight
+    if sync is not None and not _holds(after.sync_in_flight, sync.cycle_id):
+        outcome, duration = _unobserved(verdict), _since(sync.started_at, at)
+        parts.append(_end_part(OBSERVATION_END, sync.cycle_id, "observation", at, duration, outcome, ids))
+    reflecting = before.reflection_in_flight
+    if reflecting is not None and not _holds(after.reflection_in_flight, reflecting.cycle_id):
+        buffered = reflecting.mode == "buffered"
+        outcome = _unbuffered(0, verdict) if buffered else _unobserved(verdict)
+        part_type = BUFFERING_END if buffered else OBSERVATION_END
+        duration = _since(reflecting.requested_at, at)
+        parts.append(_end_part(part_type, reflecting.cycle_id, "reflection", at, duration, outcome, ids))
+    return parts
+
+
+def _holds(flight: BufferInFlight | SyncInFlight | ReflectionInFlight | None, cycle_id: str) -> bool:
+    return flight is not None and flight.cycle_id == cycle_id
+
+
+def _unbuffered(buffered_tokens: int, verdict: dict[str, Any]) -> dict[str, Any]:
+    """A ``buffering-end`` outcome of a cycle that buffered nothing."""
+    return {
+        "tokensBuffered": 0,
+        "bufferedTokens": buffered_tokens,
+        "observations": "",
+        "extractedValues": {},
+        "extractionFailures": {},
+        **verdict,
+    }
+
+
+def _unobserved(verdict: dict[str, Any]) -> dict[str, Any]:
+    """An ``observation-end`` outcome of a cycle that observed nothing."""
+    return {
+        "tokensObserved": 0,
+        "observationTokens": 0,
+        "observations": "",
+        "currentTask": None,
+        "suggestedResponse": None,
+        "extractedValues": {},
+        "extractionFailures": {},
+        **verdict,
+    }
 
 
 def _chunk_activations(

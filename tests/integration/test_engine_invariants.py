@@ -46,6 +46,7 @@ from om_core.domain.events import (
     SyncObservationCompleted,
     from_recorded,
 )
+from om_core.domain.parts import cycle_closure
 
 TENANT = "prop"
 THREAD = "t"
@@ -145,18 +146,35 @@ class EngineMachine(RuleBasedStateMachine):
     )
     def append(self, role: str, sentences: list[str], minutes: int) -> None:
         self.clock.now += timedelta(minutes=minutes)
+        self._append([self._message(role, sentences)])
+
+    @rule(
+        turns=st.lists(
+            st.lists(st.sampled_from(SENTENCES), min_size=4, max_size=8, unique=True), min_size=2, max_size=5
+        )
+    )
+    def append_a_burst(self, turns: list[list[str]]) -> None:
+        # many tokens in one request, while background work waits: a synchronous cycle can overtake it.
+        # No sentence twice in a message: the local Observer would echo the loop, and fail as degenerate.
+        roles = ("user", "assistant")
+        self._append([self._message(roles[i % 2], sentences) for i, sentences in enumerate(turns)])
+
+    def _message(self, role: str, sentences: list[str]) -> dict[str, Any]:
         message_id = f"m{self.next_id}"
         self.next_id += 1
-        raw = {
+        return {
             "id": message_id,
             "role": role,
             "parts": [{"type": "text", "text": " ".join(sentences)}],
             "createdAt": self.clock.now.isoformat(),
             **({"model": "openai/gpt-5-mini"} if role == "assistant" else {}),
         }
-        outcome = append_messages(self.deps, tenant=TENANT, thread_id=THREAD, messages=[raw])
-        assert [a.message_id for a in outcome.appended] == [message_id]
-        self.appended.append(message_id)
+
+    def _append(self, messages: list[dict[str, Any]]) -> None:
+        outcome = append_messages(self.deps, tenant=TENANT, thread_id=THREAD, messages=messages)
+        ids = [m["id"] for m in messages]
+        assert [a.message_id for a in outcome.appended] == ids
+        self.appended.extend(ids)
 
     @rule()
     def resend_last_message(self) -> None:
@@ -250,6 +268,20 @@ class EngineMachine(RuleBasedStateMachine):
             assert state.chunks[0].from_seq == state.observed_seq + 1
             for before, after in zip(state.chunks, state.chunks[1:], strict=False):
                 assert after.from_seq == before.to_seq + 1
+
+    @invariant()
+    def every_start_is_closed_once(self) -> None:
+        state = load_state(self.deps.store, STREAM)
+        events = [from_recorded(r) for r in self.deps.store.read_stream(STREAM)]
+        closure = cycle_closure(events, record_config(self.deps.profile, state))
+        assert not closure.closed_twice and not closure.started_twice and not closure.closed_unstarted
+        # a start stays open exactly as long as its cycle is in flight: once settled, every start is closed
+        in_flight = {
+            f.cycle_id
+            for f in (state.buffer_in_flight, state.sync_in_flight, state.reflection_in_flight)
+            if f is not None
+        }
+        assert set(closure.unclosed) == in_flight, closure
 
     @invariant()
     def replay_reproduces_the_projection(self) -> None:

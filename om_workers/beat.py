@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from om_core.adapters.store.sql_store import SqlEventStore
 from om_core.application.maintenance import recover_stuck_cycles, sweep_idle
-from om_core.application.ports import EventStore
+from om_core.application.ports import EventStore, StoreUnavailableError
 from om_core.application.records import Deps
 from om_workers import metrics
 
@@ -87,6 +87,9 @@ def sweep(deps: Deps, *, stuck_after: timedelta, page: int = 500) -> SweepReport
                         report.recovered[stream_id] = recovered
                     if sweep_idle(deps, stream_id):
                         report.activated.append(stream_id)
+                except (StoreUnavailableError, sa.exc.OperationalError):
+                    # the database is gone for every record, not just this one: end the scan
+                    raise
                 except Exception:
                     # one broken record must not stop the sweep of the others
                     report.errors += 1

@@ -26,6 +26,7 @@ import sqlalchemy as sa
 T = TypeVar("T")
 
 CELERY = str(Path(sys.executable).with_name("celery"))
+OM = [sys.executable, "-m", "om_api.cli"]
 
 
 def wait_for(predicate: Callable[[], T | None], timeout: float, interval: float = 0.05, what: str = "") -> T:
@@ -143,6 +144,22 @@ class RedisServer:
             self.proc.wait(10)
             self.proc = None
 
+    def shutdown_nosave(self) -> None:
+        """Stop it as an operator would (``SHUTDOWN NOSAVE``): with no persistence, every queued and
+        unacknowledged message is gone when it starts again."""
+        if self.proc is None:
+            return
+        binary = shutil.which("redis-cli") or "redis-cli"
+        subprocess.run(
+            [binary, "-p", str(self.port), "shutdown", "nosave"], capture_output=True, timeout=10, check=False
+        )
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
 
 @dataclass
 class CeleryProcess:
@@ -188,6 +205,15 @@ class CeleryProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Stop it as a supervisor does (``docker stop``): SIGTERM to the main process alone, which lets
+        its running tasks finish and stops its pool itself; SIGKILL whatever is left after ``timeout``."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout)
+        self.kill()
 
     def stop(self) -> None:
         """Warm shutdown first (SIGTERM), then SIGKILL whatever is left."""
@@ -245,6 +271,20 @@ def worker_process(
         "--without-mingle",
         "--without-heartbeat",
     ]
+    return CeleryProcess(name, argv, env, log_dir / f"{name}.log")
+
+
+def om_worker_process(
+    name: str, env: dict[str, str], log_dir: Path, *, concurrency: int = 2
+) -> CeleryProcess:
+    """``om worker`` as it is deployed (its default queues and options), named ``<name>@<host>``."""
+    argv = [*OM, "worker", "--concurrency", str(concurrency), "--hostname", f"{name}@%h"]
+    return CeleryProcess(name, argv, env, log_dir / f"{name}.log")
+
+
+def om_beat_process(name: str, env: dict[str, str], log_dir: Path) -> CeleryProcess:
+    """``om beat`` as it is deployed, keeping its schedule file in ``log_dir``."""
+    argv = [*OM, "beat", "--schedule", str(log_dir / f"{name}.schedule")]
     return CeleryProcess(name, argv, env, log_dir / f"{name}.log")
 
 

@@ -27,7 +27,7 @@ from om_core.application.records import (
     Deps,
 )
 from om_core.application.work import run_task
-from om_core.settings import ServerSettings, read_profile
+from om_core.settings import ServerSettings
 from om_workers import metrics
 from om_workers.app import TASK_RELAY_OUTBOX, TASK_SWEEP, WorkerSettings
 from om_workers.beat import LOCK_RELAY, scan_lock, sweep
@@ -75,7 +75,7 @@ def build_worker_deps(app: Celery, settings: ServerSettings, *, migrate: bool = 
     from om_core.bootstrap import build_deps, model_gateway_for
 
     dispatcher = CeleryDispatcher(app)
-    profile = read_profile(settings.profile) if settings.profile else None
+    profile = settings.profile_layer
     deps = build_deps(
         database_url=settings.database_url,
         dispatcher=dispatcher,
@@ -175,22 +175,37 @@ def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
     ) -> str:
         return run(self, TASK_INDEX_OBSERVATIONS, stream_id, cycle_id, published_at)
 
+    # A scan that finds the database gone skips its tick: the next one comes within seconds, so a retry of
+    # this one would only queue up behind it.
     @app.task(name=TASK_RELAY_OUTBOX, ignore_result=True)  # type: ignore[untyped-decorator]
     def relay() -> dict[str, int]:
-        deps = runtime.deps()
-        with scan_lock(deps.store, LOCK_RELAY) as locked:
-            if not locked:
-                metrics.MAINTENANCE.labels(scan="relay", result="skipped").inc()
-                return {"skipped": 1}
-            report = relay_outbox(app, deps.store, older_than_seconds=worker.republish_after)
+        try:
+            deps = runtime.deps()
+            with scan_lock(deps.store, LOCK_RELAY) as locked:
+                if not locked:
+                    metrics.MAINTENANCE.labels(scan="relay", result="skipped").inc()
+                    return {"skipped": 1}
+                report = relay_outbox(app, deps.store, older_than_seconds=worker.republish_after)
+        except RETRYABLE as error:
+            return _store_unavailable("relay", error)
         metrics.MAINTENANCE.labels(scan="relay", result="ok").inc()
         return {"found": report.found, "published": report.published, "failed": report.failed}
 
     @app.task(name=TASK_SWEEP, ignore_result=True)  # type: ignore[untyped-decorator]
     def sweep_task() -> dict[str, int]:
-        report = sweep(runtime.deps(), stuck_after=timedelta(seconds=worker.stuck_after))
+        try:
+            report = sweep(runtime.deps(), stuck_after=timedelta(seconds=worker.stuck_after))
+        except RETRYABLE as error:
+            return _store_unavailable("sweep", error)
         return {
             "scanned": report.scanned,
             "activated": len(report.activated),
             "recovered": len(report.recovered),
         }
+
+
+def _store_unavailable(scan: str, error: BaseException) -> dict[str, int]:
+    metrics.MAINTENANCE.labels(scan=scan, result="store_unavailable").inc()
+    first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    log.warning("%s skipped this tick: the database is unavailable (%s)", scan, first_line)
+    return {"store_unavailable": 1}

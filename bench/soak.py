@@ -61,18 +61,18 @@ from bench.soak_checks import (
 from om_api.demo.conversation import Turn, synthetic_conversation
 from om_core.adapters.store.schema import events, outbox
 from om_core.adapters.store.sql_store import SqlEventStore, create_event_store
-from om_core.application.records import (
+from om_core.application.repository import load_state
+from om_core.application.streams import thread_stream_id
+from om_core.application.task_requests import (
     QUEUE_BUFFER,
     QUEUE_SYNC,
     TASK_OBSERVE_BUFFER,
     TASK_OBSERVE_SYNC,
     TASK_REFLECT,
-    load_state,
-    thread_stream_id,
 )
 from om_core.domain.events import effect_event_id
 from om_core.settings import ServerSettings
-from om_workers.app import WorkerSettings, create_app
+from om_workers.app import create_app
 from om_workers.dispatcher import publish
 from om_workers.harness import (
     CeleryProcess,
@@ -84,6 +84,7 @@ from om_workers.harness import (
     process_env,
     scratch_postgres,
 )
+from om_workers.settings import WorkerSettings
 
 ADMIN_URL = os.environ.get(
     "OM_TEST_ADMIN_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

@@ -25,8 +25,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from om_core.adapters.store.schema import events, indexed_groups, messages, outbox, records
+from om_core.application.configuration import record_config
 from om_core.application.ports import EventStore
-from om_core.application.records import record_config
 from om_core.domain import parts
 from om_core.domain.envelope import RecordedEvent
 from om_core.domain.events import ChunksActivated, DomainEvent, SyncObservationCompleted, from_recorded

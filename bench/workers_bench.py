@@ -24,16 +24,20 @@ import redis
 import sqlalchemy as sa
 
 from om_core.application.append import append_messages, configure_thread
+from om_core.application.configuration import record_config
 from om_core.application.context import get_context
+from om_core.application.deps import Deps
 from om_core.application.ports import WorkDispatcher
-from om_core.application.records import Deps, load_state, record_config, thread_stream_id
+from om_core.application.repository import load_state
+from om_core.application.streams import thread_stream_id
 from om_core.domain.envelope import TaskRequest
 from om_core.domain.policy import resolve_limits
 from om_core.settings import ServerSettings
-from om_workers.app import WorkerSettings, create_app
+from om_workers.app import create_app
 from om_workers.harness import filler_message as message
 from om_workers.harness import memory_profile, process_env, scratch_postgres, wait_for, worker_process
 from om_workers.relay import relay_outbox
+from om_workers.settings import WorkerSettings
 from om_workers.tasks import build_worker_deps
 
 ADMIN_URL = os.environ.get(

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from om_core.application.records import Deps
+from om_core.application.deps import Deps
 from om_core.settings import ServerSettings
 
 

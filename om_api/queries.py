@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from om_core.adapters.store.schema import SEARCH_TEXT_CONFIG, messages, records
 from om_core.adapters.store.sql_store import MESSAGE_COLUMNS, stored_message
 from om_core.application.ports import EventStore
-from om_core.application.records import thread_stream_id
+from om_core.application.streams import thread_stream_id
 from om_core.domain.envelope import StoredMessage
 
 

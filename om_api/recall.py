@@ -22,7 +22,7 @@ from typing import Any, Literal
 from om_api import queries
 from om_api.errors import ApiError
 from om_core.application.ports import EventStore
-from om_core.application.records import thread_stream_id
+from om_core.application.streams import thread_stream_id
 from om_core.application.vector_index import GroupHit
 from om_core.domain.envelope import StoredMessage
 

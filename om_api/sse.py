@@ -28,8 +28,9 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+from om_core.application.configuration import record_config
 from om_core.application.ports import EventStore, StoreUnavailableError
-from om_core.application.records import load_state, record_config
+from om_core.application.repository import load_state
 from om_core.domain.config import MemoryConfig
 from om_core.domain.envelope import RecordedEvent
 from om_core.domain.events import DomainEvent, from_recorded

@@ -16,9 +16,9 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from om_core.adapters.store.sql_store import SqlEventStore
+from om_core.application.deps import Deps
 from om_core.application.maintenance import recover_stuck_cycles, sweep_idle
 from om_core.application.ports import EventStore, StoreUnavailableError
-from om_core.application.records import Deps
 from om_workers import metrics
 
 log = logging.getLogger(__name__)

@@ -17,9 +17,11 @@ from celery.worker import WorkController
 from celery.worker import state as worker_state
 
 from om_core.adapters.store.migrations import upgrade_to_head
-from om_core.application.records import Deps
-from om_core.settings import ServerSettings
-from om_workers.app import ALL_QUEUES, WorkerSettings, create_app_with_runtime
+from om_core.application.deps import Deps
+from om_core.settings import EMBEDDED_BROKER_URL, ServerSettings
+from om_workers.app import create_app_with_runtime
+from om_workers.names import ALL_QUEUES
+from om_workers.settings import WorkerSettings
 from om_workers.tasks import warm_up
 
 log = logging.getLogger(__name__)
@@ -79,7 +81,7 @@ def build_embedded(
 
     The broker is forced to ``memory://``: a message published here can only be consumed here.
     """
-    settings = (settings or ServerSettings()).model_copy(update={"broker_url": "memory://"})
+    settings = (settings or ServerSettings()).model_copy(update={"broker_url": EMBEDDED_BROKER_URL})
     if settings.database_url.startswith("sqlite"):
         upgrade_to_head(settings.database_url)
     app, runtime = create_app_with_runtime(settings, worker, main="om-embedded")

@@ -36,7 +36,7 @@ from om_core.application.ports import (
     ModelResponse,
     OutboxTask,
 )
-from om_core.application.records import REPLAY_LISTENERS
+from om_core.application.repository import REPLAY_LISTENERS
 from om_core.domain.envelope import (
     AppendResult,
     IndexedGroup,

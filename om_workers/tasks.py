@@ -18,21 +18,22 @@ from celery import Celery, Task
 from celery.signals import worker_init, worker_process_init
 from sqlalchemy.exc import OperationalError
 
+from om_core.application.deps import Deps
 from om_core.application.ports import StoreUnavailableError
-from om_core.application.records import (
+from om_core.application.task_requests import (
     TASK_INDEX_OBSERVATIONS,
     TASK_OBSERVE_BUFFER,
     TASK_OBSERVE_SYNC,
     TASK_REFLECT,
-    Deps,
 )
 from om_core.application.work import run_task
 from om_core.settings import ServerSettings
 from om_workers import metrics
-from om_workers.app import TASK_RELAY_OUTBOX, TASK_SWEEP, WorkerSettings
 from om_workers.beat import LOCK_RELAY, scan_lock, sweep
 from om_workers.dispatcher import CeleryDispatcher
+from om_workers.names import TASK_RELAY_OUTBOX, TASK_SWEEP
 from om_workers.relay import relay_outbox
+from om_workers.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +98,8 @@ def warm_up() -> None:
     litellm's import and first completion, and the tokenizer. In the prefork parent this happens once and
     every child inherits it."""
     from om_core.adapters.models.litellm_gateway import LiteLLMGateway, load_litellm
+    from om_core.application.configuration import counter_for
     from om_core.application.ports import ModelRequest
-    from om_core.application.records import counter_for
     from om_core.domain.config import parse_memory_config
 
     load_litellm()

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from om_core.application.ports import WorkDispatcher
-from om_core.application.records import QUEUE_SYNC
+from om_core.application.task_requests import QUEUE_SYNC
 from om_core.domain.envelope import TaskRequest
 
 log = logging.getLogger(__name__)

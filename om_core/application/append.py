@@ -7,20 +7,13 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from om_core.application.configuration import counter_for, profile_scope, record_config
+from om_core.application.decisions import plan_decisions
+from om_core.application.deps import Deps
 from om_core.application.ports import DuplicateMessageError, MessageConflictError
-from om_core.application.records import (
-    Deps,
-    Plan,
-    commit,
-    counter_for,
-    load_state,
-    plan_decisions,
-    profile_scope,
-    record_config,
-    record_stream_for,
-    retry_on_conflict,
-    thread_stream_id,
-)
+from om_core.application.repository import load_state
+from om_core.application.streams import record_stream_for, thread_stream_id
+from om_core.application.unit_of_work import Plan, commit, retry_on_conflict
 from om_core.domain.config import ConfigError, merge_config_layers, parse_memory_config
 from om_core.domain.dates import temporal_gap_marker
 from om_core.domain.events import DomainEvent, MessageAppended, TemporalMarkerInserted, ThreadConfigured

@@ -5,22 +5,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+from om_core.application.configuration import record_config
+from om_core.application.decisions import plan_decisions
+from om_core.application.deps import Deps
 from om_core.application.ports import ConcurrencyError
-from om_core.application.records import (
-    TASK_OBSERVE_SYNC,
-    TASK_REFLECT,
-    Deps,
-    Plan,
+from om_core.application.repository import load_state, replay_state
+from om_core.application.streams import (
     RecordNotFoundError,
     ResourceRequiredError,
-    commit,
-    load_state,
-    plan_decisions,
-    record_config,
     record_stream_for,
-    replay_state,
     thread_stream_id,
 )
+from om_core.application.task_requests import TASK_OBSERVE_SYNC, TASK_REFLECT
+from om_core.application.unit_of_work import Plan, commit
 from om_core.application.work import WorkOutcome, run_task
 from om_core.domain import policy
 from om_core.domain.context import ContextWindow, build_context

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from om_core.application.records import Deps, RecordNotFoundError, thread_stream_id
+from om_core.application.deps import Deps
+from om_core.application.streams import RecordNotFoundError, thread_stream_id
 
 
 def erase_thread(deps: Deps, *, tenant: str, thread_id: str) -> int:

@@ -8,16 +8,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from om_core.application.configuration import record_config
+from om_core.application.decisions import plan_decisions
+from om_core.application.deps import Deps
 from om_core.application.ports import DuplicateEventError
-from om_core.application.records import (
-    Deps,
-    Plan,
-    commit,
-    load_state,
-    plan_decisions,
-    record_config,
-    retry_on_conflict,
-)
+from om_core.application.repository import load_state
+from om_core.application.unit_of_work import Plan, commit, retry_on_conflict
 from om_core.domain.events import (
     DomainEvent,
     ObservationBufferFailed,

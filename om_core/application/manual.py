@@ -12,23 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from om_core.application.context import _await_cycle
-from om_core.application.records import (
+from om_core.application.decisions import new_cycle_id, request_event_id
+from om_core.application.deps import Deps
+from om_core.application.repository import load_state
+from om_core.application.streams import RecordNotFoundError, thread_stream_id
+from om_core.application.task_requests import (
     QUEUE_BUFFER,
     QUEUE_SYNC,
     TASK_OBSERVE_SYNC,
     TASK_REFLECT,
-    Deps,
-    Plan,
-    RecordNotFoundError,
-    commit,
-    load_state,
-    new_cycle_id,
-    request_event_id,
-    retry_on_conflict,
-    thread_stream_id,
+    task_request,
 )
+from om_core.application.unit_of_work import Plan, commit, retry_on_conflict
 from om_core.application.work import WorkOutcome
-from om_core.domain.envelope import TaskRequest
 from om_core.domain.events import ChunksActivated, ReflectionRequested, SyncObservationStarted
 from om_core.domain.state import RecordState
 from om_core.domain.timeutil import format_time
@@ -82,7 +78,7 @@ def observe_now(deps: Deps, *, tenant: str, thread_id: str, wait: bool = True) -
                 ),
                 event_id=request_event_id(stream_id, cycle),
             )
-            plan.tasks.append(_task(stream_id, cycle, TASK_OBSERVE_SYNC, wait))
+            plan.tasks.append(task_request(stream_id, cycle, TASK_OBSERVE_SYNC, _queue(wait)))
         version = commit(deps, plan)
         return plan, version, cycle
 
@@ -118,7 +114,7 @@ def reflect_now(deps: Deps, *, tenant: str, thread_id: str, wait: bool = True) -
             ),
             event_id=request_event_id(stream_id, cycle),
         )
-        plan.tasks.append(_task(stream_id, cycle, TASK_REFLECT, wait))
+        plan.tasks.append(task_request(stream_id, cycle, TASK_REFLECT, _queue(wait)))
         version = commit(deps, plan)
         return plan, version, cycle
 
@@ -126,14 +122,9 @@ def reflect_now(deps: Deps, *, tenant: str, thread_id: str, wait: bool = True) -
     return _finish(deps, stream_id, plan, version, cycle, TASK_REFLECT, wait)
 
 
-def _task(stream_id: str, cycle_id: str, task_name: str, wait: bool) -> TaskRequest:
+def _queue(wait: bool) -> str:
     # waited-for work goes to the sync queue (never behind background work); otherwise it is background
-    return TaskRequest(
-        key=f"{stream_id}:{cycle_id}",
-        task_name=task_name,
-        queue=QUEUE_SYNC if wait else QUEUE_BUFFER,
-        payload={"stream_id": stream_id, "cycle_id": cycle_id},
-    )
+    return QUEUE_SYNC if wait else QUEUE_BUFFER
 
 
 def _finish(

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from om_core.application.configuration import counter_for
 from om_core.application.ports import (
     ModelConfigurationError,
     ModelError,
@@ -15,7 +16,6 @@ from om_core.application.ports import (
     ModelRequest,
     ModelResponse,
 )
-from om_core.application.records import counter_for
 from om_core.domain import thresholds
 from om_core.domain.config import Extractor, MemoryConfig
 from om_core.domain.events import Usage

@@ -8,15 +8,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from om_core.application.configuration import record_config
+from om_core.application.deps import utc_now
 from om_core.application.ports import EventStore
-from om_core.application.records import (
-    RecordNotFoundError,
-    record_config,
-    replay_state,
-    snapshot_of,
-    tenant_of,
-    utc_now,
-)
+from om_core.application.repository import replay_state, snapshot_of
+from om_core.application.streams import RecordNotFoundError, tenant_of
 from om_core.domain.context import build_context
 from om_core.domain.envelope import StateSnapshot, StoredSnapshot
 

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from om_core.application.configuration import counter_for
 from om_core.application.observer import UsageTally, _settings, extractor_specs
 from om_core.application.ports import ModelConfigurationError, ModelGateway, ModelRequest
-from om_core.application.records import counter_for
 from om_core.domain import thresholds
 from om_core.domain.config import MemoryConfig
 from om_core.domain.events import Usage

@@ -12,16 +12,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from om_core.application.append import append_messages, configure_thread
+from om_core.application.configuration import counter_for, record_config
 from om_core.application.context import get_context
+from om_core.application.deps import Deps
 from om_core.application.ports import EventStore
-from om_core.application.records import (
-    Deps,
-    RecordNotFoundError,
-    counter_for,
-    load_state,
-    record_config,
-    thread_stream_id,
-)
+from om_core.application.repository import load_state
+from om_core.application.streams import RecordNotFoundError, thread_stream_id
 from om_core.domain.context import ContextWindow, build_context
 from om_core.domain.events import MessageAppended, ThreadConfigured, from_recorded
 from om_core.domain.state import RecordState

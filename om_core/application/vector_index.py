@@ -9,16 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from om_core.application.configuration import record_config
+from om_core.application.deps import Deps
 from om_core.application.ports import EmbeddingRequest
-from om_core.application.records import (
-    QUEUE_MAINTENANCE,
-    TASK_INDEX_OBSERVATIONS,
-    Deps,
-    load_state,
-    record_config,
-    record_stream_for,
-    thread_stream_id,
-)
+from om_core.application.repository import load_state
+from om_core.application.streams import record_stream_for, thread_stream_id
+from om_core.application.task_requests import QUEUE_MAINTENANCE, TASK_INDEX_OBSERVATIONS, task_request
 from om_core.domain.config import MemoryConfig
 from om_core.domain.envelope import IndexedGroup, TaskRequest
 from om_core.domain.events import ObservationBufferCompleted, SyncObservationCompleted, effect_event_id
@@ -33,12 +29,7 @@ def vector_index_enabled(config: MemoryConfig) -> bool:
 
 
 def index_task(stream_id: str, cycle_id: str) -> TaskRequest:
-    return TaskRequest(
-        key=f"{stream_id}:{cycle_id}:index",
-        task_name=TASK_INDEX_OBSERVATIONS,
-        queue=QUEUE_MAINTENANCE,
-        payload={"stream_id": stream_id, "cycle_id": cycle_id},
-    )
+    return task_request(stream_id, cycle_id, TASK_INDEX_OBSERVATIONS, QUEUE_MAINTENANCE)
 
 
 def index_observations(deps: Deps, stream_id: str, cycle_id: str) -> int:

@@ -14,24 +14,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from om_core.application.configuration import counter_for, record_config
+from om_core.application.decisions import plan_decisions, request_event_id
+from om_core.application.deps import Deps
 from om_core.application.observer import ObserverFailedError, observe_messages
 from om_core.application.ports import DuplicateEventError, ModelConfigurationError, ModelError
-from om_core.application.records import (
+from om_core.application.reflector import ReflectorFailedError, reflect_observations
+from om_core.application.repository import load_state
+from om_core.application.task_requests import (
     TASK_INDEX_OBSERVATIONS,
     TASK_OBSERVE_BUFFER,
     TASK_OBSERVE_SYNC,
     TASK_REFLECT,
-    Deps,
-    Plan,
-    commit,
-    counter_for,
-    load_state,
-    plan_decisions,
-    record_config,
-    request_event_id,
-    retry_on_conflict,
 )
-from om_core.application.reflector import ReflectorFailedError, reflect_observations
+from om_core.application.unit_of_work import Plan, commit, retry_on_conflict
 from om_core.application.vector_index import index_observations, index_task, vector_index_enabled
 from om_core.domain.events import (
     DomainEvent,

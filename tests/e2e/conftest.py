@@ -18,7 +18,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from om_api.app import create_app
 from om_core.adapters.inline_dispatcher import InlineDispatcher
 from om_core.adapters.store.migrations import upgrade_to_head
-from om_core.application.records import Deps
+from om_core.application.deps import Deps
 from om_core.bootstrap import build_inline
 from om_core.settings import ServerSettings
 

@@ -12,8 +12,9 @@ from fastapi.testclient import TestClient
 from om_api.demo.conversation import synthetic_conversation
 from om_api.schemas import AppendOut, ContextOut, OpenAIContextOut
 from om_core.adapters.inline_dispatcher import InlineDispatcher
+from om_core.application.deps import Deps
 from om_core.application.projections import replay_context
-from om_core.application.records import Deps, thread_stream_id
+from om_core.application.streams import thread_stream_id
 
 from .conftest import AUTH_A, PROFILE
 

@@ -14,7 +14,9 @@ import uvicorn
 
 from om_api.client import AsyncOMClient, OMClient, OMError, PartGrouper, StreamPart
 from om_api.demo.conversation import synthetic_conversation
-from om_core.application.records import Deps, record_config, thread_stream_id
+from om_core.application.configuration import record_config
+from om_core.application.deps import Deps
+from om_core.application.streams import thread_stream_id
 from om_core.domain.events import from_recorded
 from om_core.domain.parts import PART_TYPES, parts_for_events
 from om_core.domain.state import initial_state

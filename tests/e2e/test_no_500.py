@@ -21,7 +21,8 @@ from fastapi.testclient import TestClient
 from om_api.app import create_app
 from om_api.auth import create_key
 from om_api.queries import engine_of
-from om_core.application.records import Deps, thread_stream_id
+from om_core.application.deps import Deps
+from om_core.application.streams import thread_stream_id
 from om_core.bootstrap import build_inline
 from om_core.domain.envelope import IndexedGroup
 from om_core.domain.events import (

@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 
 from om_api.auth import create_key, hash_key
 from om_api.queries import engine_of
-from om_core.application.records import thread_stream_id
 from om_core.application.simulate import simulate_thread
+from om_core.application.streams import thread_stream_id
 from om_core.bootstrap import build_inline
 
 from .conftest import AUTH_A, build

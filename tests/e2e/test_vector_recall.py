@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 
 from om_api.app import create_app
 from om_api.demo.conversation import synthetic_conversation
-from om_core.application.records import Deps, thread_stream_id
+from om_core.application.deps import Deps
+from om_core.application.streams import thread_stream_id
 from om_core.bootstrap import build_inline
 
 from .conftest import AUTH_A, PROFILE, make_settings

@@ -26,17 +26,13 @@ from om_core.adapters.models.litellm_gateway import LiteLLMGateway
 from om_core.adapters.store.migrations import upgrade_to_head
 from om_core.adapters.store.sql_store import create_event_store
 from om_core.application.append import append_messages, configure_thread
+from om_core.application.configuration import record_config
 from om_core.application.context import ObservationFailedError, get_context
+from om_core.application.deps import Deps
 from om_core.application.ports import WorkDispatcher
 from om_core.application.projections import canonical
-from om_core.application.records import (
-    Deps,
-    load_state,
-    record_config,
-    replay_state,
-    snapshot_of,
-    thread_stream_id,
-)
+from om_core.application.repository import load_state, replay_state, snapshot_of
+from om_core.application.streams import thread_stream_id
 from om_core.application.work import WorkOutcome, run_task
 from om_core.domain import policy
 from om_core.domain.envelope import TaskRequest

@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from om_core.application.append import append_messages
+from om_core.application.configuration import record_config
 from om_core.application.context import get_context
-from om_core.application.records import load_state, record_config, thread_stream_id
+from om_core.application.repository import load_state
+from om_core.application.streams import thread_stream_id
 from om_core.bootstrap import build_inline
 from om_core.domain.context import om_metadata
 

@@ -13,8 +13,10 @@ import pytest
 
 from om_api.sse import event_stream
 from om_core.application.append import append_messages, configure_thread
+from om_core.application.deps import Deps
 from om_core.application.erase import erase_thread
-from om_core.application.records import Deps, load_state, thread_stream_id
+from om_core.application.repository import load_state
+from om_core.application.streams import thread_stream_id
 from om_core.bootstrap import build_deps
 from tests.integration.test_engine_invariants import PROFILE, HeldTasks
 

@@ -9,12 +9,8 @@ import pytest
 
 from om_core.application.append import append_messages, configure_thread
 from om_core.application.context import get_context
-from om_core.application.records import (
-    RecordNotFoundError,
-    ResourceRequiredError,
-    load_state,
-    resource_stream_id,
-)
+from om_core.application.repository import load_state
+from om_core.application.streams import RecordNotFoundError, ResourceRequiredError, resource_stream_id
 from om_core.bootstrap import build_inline
 from om_core.domain.config import ConfigError
 from om_core.domain.transcript import obscure_thread_id

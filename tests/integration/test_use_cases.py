@@ -14,17 +14,11 @@ import pytest
 from om_core.adapters.store.migrations import upgrade_to_head
 from om_core.application.append import append_messages, configure_thread
 from om_core.application.context import ObservationFailedError, get_context
+from om_core.application.deps import Deps
 from om_core.application.ports import MessageConflictError
 from om_core.application.projections import canonical, rebuild_projections, replay_context
-from om_core.application.records import (
-    REPLAY_LISTENERS,
-    Deps,
-    RecordNotFoundError,
-    load_state,
-    replay_state,
-    snapshot_of,
-    thread_stream_id,
-)
+from om_core.application.repository import REPLAY_LISTENERS, load_state, replay_state, snapshot_of
+from om_core.application.streams import RecordNotFoundError, thread_stream_id
 from om_core.bootstrap import build_inline
 from om_core.domain.config import ConfigError
 from om_core.domain.message_input import MessageValidationError

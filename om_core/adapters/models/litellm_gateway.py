@@ -26,7 +26,6 @@ from om_core.adapters.models.model_ids import (
     provider_of,
     to_litellm_model,
 )
-from om_core.adapters.models.om_local import register_om_local
 from om_core.application.ports import (
     EmbeddingRequest,
     EmbeddingResponse,
@@ -114,6 +113,8 @@ def _import_litellm() -> ModuleType:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("LITELLM_LOG", "ERROR")
     import litellm
+
+    from om_core.adapters.models.om_local_llm import register_om_local
 
     litellm.telemetry = False
     litellm.suppress_debug_info = True

@@ -5,8 +5,8 @@ and answers in the Observer/Reflector output format: user facts near-verbatim, q
 and tool results, relative dates resolved against the transcript's dates. The Reflector condenses by
 priority and compression level while keeping every fact that carries a name or a number.
 
-Everything here is pure Python; the litellm handler that wraps ``respond`` lives in ``om_local_llm`` and is
-imported only by ``register_om_local``, so importing this module never pays for litellm.
+Everything here is pure Python and imports nothing of litellm: the litellm handler that wraps ``respond``,
+and its registration, live in ``om_local_llm``, which imports this module and is never imported by it.
 """
 
 from __future__ import annotations
@@ -1170,14 +1170,3 @@ def hashing_embedding(text: str, dimensions: int = HASHING_DIMENSIONS) -> list[f
             vector[bucket] += weight if digest[4] & 1 else -weight
     norm = sum(v * v for v in vector) ** 0.5
     return [v / norm for v in vector] if norm else vector
-
-
-def register_om_local(litellm_module: Any) -> None:
-    """Install the local provider in ``litellm.custom_provider_map``, keeping every other provider."""
-    from om_core.adapters.models.om_local_llm import OmLocalLLM
-
-    others = [p for p in litellm_module.custom_provider_map if p.get("provider") != OM_LOCAL_PROVIDER]
-    litellm_module.custom_provider_map = [
-        *others,
-        {"provider": OM_LOCAL_PROVIDER, "custom_handler": OmLocalLLM()},
-    ]

@@ -1,4 +1,5 @@
-"""The litellm handler of ``om-local/extractive``. Imports litellm: load it through ``register_om_local``."""
+"""The litellm handler of ``om-local/*`` and its registration. Imports litellm, so only ``load_litellm`` (in
+``litellm_gateway``) imports this module, once litellm is wanted."""
 
 from __future__ import annotations
 
@@ -103,3 +104,12 @@ class OmLocalLLM(CustomLLM):
         tokens = sum(count_tokens(text) for text in texts)
         model_response.usage = Usage(prompt_tokens=tokens, completion_tokens=0, total_tokens=tokens)
         return model_response
+
+
+def register_om_local(litellm_module: Any) -> None:
+    """Install the local provider in ``litellm.custom_provider_map``, keeping every other provider."""
+    others = [p for p in litellm_module.custom_provider_map if p.get("provider") != OM_LOCAL_PROVIDER]
+    litellm_module.custom_provider_map = [
+        *others,
+        {"provider": OM_LOCAL_PROVIDER, "custom_handler": OmLocalLLM()},
+    ]

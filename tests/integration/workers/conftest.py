@@ -20,10 +20,12 @@ import redis
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from om_core.application.append import append_messages, configure_thread
-from om_core.application.records import Deps, load_state, thread_stream_id
+from om_core.application.deps import Deps
+from om_core.application.repository import load_state
+from om_core.application.streams import thread_stream_id
 from om_core.domain.envelope import RecordedEvent
 from om_core.settings import ServerSettings
-from om_workers.app import WorkerSettings, create_app
+from om_workers.app import create_app
 from om_workers.harness import (
     CeleryProcess,
     beat_process,
@@ -35,6 +37,7 @@ from om_workers.harness import (
 from om_workers.harness import (
     filler_message as message,
 )
+from om_workers.settings import WorkerSettings
 from om_workers.tasks import build_worker_deps
 
 pytestmark = pytest.mark.integration

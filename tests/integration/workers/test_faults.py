@@ -11,8 +11,9 @@ import pytest
 import sqlalchemy as sa
 
 from om_core.application.append import append_messages
+from om_core.application.configuration import record_config
 from om_core.application.context import get_context
-from om_core.application.records import record_config, replay_state
+from om_core.application.repository import replay_state
 from om_core.domain.events import effect_event_id
 from om_core.domain.policy import resolve_limits
 from om_workers.dispatcher import publish

@@ -12,7 +12,8 @@ from fastapi.testclient import TestClient
 from om_api.app import create_app
 from om_api.demo.conversation import synthetic_conversation
 from om_core.application.projections import replay_context
-from om_core.application.records import load_state, thread_stream_id
+from om_core.application.repository import load_state
+from om_core.application.streams import thread_stream_id
 from om_workers.harness import wait_for
 
 KEY = {"Authorization": "Bearer e2e-key"}

@@ -1,0 +1,36 @@
+"""The configuration a record runs under: the server profile with the thread's overrides, parsed once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+from om_core.domain.config import MemoryConfig, merge_config_layers, parse_memory_config
+from om_core.domain.state import RecordState
+from om_core.domain.tokens import TokenCounter, make_tokenizer
+
+
+def profile_scope(profile: Mapping[str, Any]) -> str:
+    return _parse_cached(json.dumps(dict(profile), sort_keys=True)).scope
+
+
+@lru_cache(maxsize=256)
+def _parse_cached(canonical: str) -> MemoryConfig:
+    return parse_memory_config(json.loads(canonical))
+
+
+def record_config(profile: Mapping[str, Any], state: RecordState) -> MemoryConfig:
+    """The server profile with the thread's own overrides on top."""
+    merged = merge_config_layers(profile, state.config_overrides)
+    return _parse_cached(json.dumps(merged, sort_keys=True))
+
+
+@lru_cache(maxsize=16)
+def token_counter(tokenizer_spec: str) -> TokenCounter:
+    return TokenCounter(make_tokenizer(tokenizer_spec))
+
+
+def counter_for(config: MemoryConfig) -> TokenCounter:
+    return token_counter(config.tokenizer)

@@ -1,0 +1,26 @@
+"""The work a commit asks for: task names, their queues, and the one builder of outbox task requests."""
+
+from __future__ import annotations
+
+from om_core.domain.envelope import TaskRequest
+
+TASK_OBSERVE_BUFFER = "om.observe_buffer"
+TASK_OBSERVE_SYNC = "om.observe_sync"
+TASK_REFLECT = "om.reflect"
+TASK_INDEX_OBSERVATIONS = "om.index_observations"
+QUEUE_SYNC = "om.sync"
+QUEUE_BUFFER = "om.buffer"
+QUEUE_MAINTENANCE = "om.maintenance"
+
+# A cycle asks for its model work and, once observed, for indexing: two tasks, so two outbox keys.
+_KEY_SUFFIX = {TASK_INDEX_OBSERVATIONS: ":index"}
+
+
+def task_request(stream_id: str, cycle_id: str, task_name: str, queue: str) -> TaskRequest:
+    """The outbox row of one task for one cycle; its key makes a repeated request a no-op."""
+    return TaskRequest(
+        key=f"{stream_id}:{cycle_id}{_KEY_SUFFIX.get(task_name, '')}",
+        task_name=task_name,
+        queue=queue,
+        payload={"stream_id": stream_id, "cycle_id": cycle_id},
+    )

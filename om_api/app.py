@@ -22,7 +22,7 @@ from om_api.errors import ApiError, error_body
 from om_api.queries import engine_of
 from om_api.rate_limit import TenantRateLimiter
 from om_api.routes import system, threads
-from om_core.application.records import Deps
+from om_core.application.deps import Deps
 from om_core.settings import ServerSettings
 
 log = logging.getLogger("om_api")

@@ -1,29 +1,125 @@
-"""The ``om`` command line. Thin: every verb parses its arguments and calls a use case or a server."""
+"""The ``om`` command line. Thin: every verb parses its arguments and calls a use case or a server.
+
+An error the operator can fix (settings, profile, database, broker, an unknown thread) is reported by the
+root command, in one place (``OperatorErrors``): one line naming the cause and the fix, exit status 2.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 if TYPE_CHECKING:
     from om_core.settings import ServerSettings
 
-app = typer.Typer(help="Observational Memory as an event-sourced service.", no_args_is_help=True)
+
+class OperatorErrors(TyperGroup):
+    """The root command. An error an operator can fix is one line on stderr, exit status 2; anything else is
+    a bug and keeps its traceback. ``--debug`` (or ``OM_DEBUG=1``) shows the traceback of either."""
+
+    # Any: the context is click's, or (typer >= 0.29) the copy of click typer carries
+    def invoke(self, ctx: Any) -> Any:
+        # what a migration run from the command line does is reported by the verb; Alembic's INFO is noise
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        try:
+            return super().invoke(ctx)
+        except Exception as error:
+            message = operator_error(error)
+            if message is None or ctx.params.get("debug"):
+                raise
+            typer.echo(f"error: {message}", err=True)
+            raise typer.Exit(2) from None
+
+
+def operator_error(error: BaseException) -> str | None:
+    """The line telling an operator what is wrong and what to do about it; None when it is not theirs."""
+    import redis
+    import sqlalchemy as sa
+
+    from om_core.application.ports import ModelConfigurationError, StoreUnavailableError
+    from om_core.application.streams import RecordNotFoundError
+    from om_core.bootstrap import SchemaNotMigratedError
+    from om_core.domain.config import ConfigError
+    from om_core.settings import ProfileError, SettingsError
+
+    if isinstance(error, SettingsError | ProfileError | ConfigError):
+        return _one_line(str(error))
+    if isinstance(error, ModelConfigurationError):
+        return (
+            f"{error}; set the key, or set OM_PROFILE to a YAML/JSON profile naming another model "
+            "(without a profile, Mastra's default model is used)"
+        )
+    if isinstance(error, SchemaNotMigratedError):
+        return f"{error}: run `om migrate` on this database first"
+    if isinstance(error, RecordNotFoundError):
+        tenant, kind, name = [*error.stream_id.split("/", 2), "", ""][:3]
+        return (
+            f"no {kind} {name!r} for tenant {tenant!r}: check the id, or pass --tenant "
+            f"(or the full stream id TENANT/{kind}/{name})"
+        )
+    if isinstance(error, StoreUnavailableError | sa.exc.OperationalError | sa.exc.InterfaceError):
+        return _database_error(_one_line(str(getattr(error, "orig", None) or error)))
+    if isinstance(error, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        cause = _one_line(str(error))
+        return f"cannot reach the broker ({cause}); check OM_BROKER_URL and that Redis is running"
+    return None
+
+
+def _database_error(cause: str) -> str:
+    missing_table = re.search(r'no such table: (\w+)|relation "(\w+)" does not exist', cause)
+    if missing_table:
+        table = missing_table[1] or missing_table[2]
+        return f"the database has no table {table} ({cause}): run `om migrate` on this database first"
+    missing_database = re.search(r'database "([^"]+)" does not exist', cause)
+    if missing_database:
+        return f"{cause}: create it (createdb {missing_database[1]}) or fix OM_DATABASE_URL"
+    return (
+        f"cannot reach the database ({cause}); check OM_DATABASE_URL and that the database server is running"
+    )
+
+
+def _one_line(text: str) -> str:
+    """A multi-line message (a list of problems, a driver's hint) as one line."""
+    head, *rest = [" ".join(line.split()).removeprefix("- ") for line in text.splitlines() if line.strip()]
+    return f"{head} {'; '.join(rest)}" if rest else head
+
+
+app = typer.Typer(
+    cls=OperatorErrors, help="Observational Memory as an event-sourced service.", no_args_is_help=True
+)
 projections_app = typer.Typer(help="Inspect and rebuild projections.", no_args_is_help=True)
 app.add_typer(projections_app, name="projections")
 
 
-def _settings() -> ServerSettings:
-    from om_core.settings import ServerSettings, SettingsError
+@app.callback()
+def main(
+    debug: Annotated[
+        bool, typer.Option("--debug", envvar="OM_DEBUG", help="Show the traceback of an error (OM_DEBUG=1).")
+    ] = False,
+) -> None:
+    """The options of om itself, given before the verb: `om --debug VERB ...`."""
 
-    try:
-        return ServerSettings()
-    except SettingsError as error:
-        typer.echo(f"configuration error: {error}", err=True)
-        raise typer.Exit(2) from None
+
+def _settings(**overrides: object) -> ServerSettings:
+    from om_core.settings import ServerSettings
+
+    return ServerSettings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def _database(database_url: str | None) -> str:
+    """The database a verb works on: validated as OM_DATABASE_URL is, its schema at head (SQLite, the
+    embedded store, is migrated on the spot)."""
+    from om_core.bootstrap import prepare_database
+
+    url = _settings(database_url=database_url).database_url
+    prepare_database(url)
+    return url
 
 
 @app.command()
@@ -37,10 +133,23 @@ def demo(
     background: Annotated[
         bool, typer.Option(help="Run background work on a worker thread instead of right after each commit.")
     ] = False,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Keep the demo's SQLite file in .om/ (else it is deleted).")
+    ] = False,
 ) -> None:
     """Run a long synthetic conversation through the engine, embedded: SQLite and the local model."""
-    from om_api.demo.runner import run_demo
+    import time
 
+    from om_api.demo.runner import DEMO_PROFILE, run_demo
+
+    if database is None and keep:
+        database = Path(".om") / f"demo-{int(time.time() * 1000)}.sqlite3"
+    where = (
+        f"SQLite at {database} (kept)"
+        if database
+        else "a scratch SQLite file (deleted at the end; --keep keeps it)"
+    )
+    typer.echo(f"om demo: the keyless local model {DEMO_PROFILE['model']}, {where}; no services", err=True)
     run_demo(turns=turns, seed=seed, as_json=as_json, database=database, background=background)
 
 
@@ -53,7 +162,7 @@ def migrate(
     """Upgrade the database schema to the newest revision (Alembic owns the schema)."""
     from om_core.adapters.store.migrations import upgrade_to_head
 
-    url = database_url or _settings().database_url
+    url = _settings(database_url=database_url).database_url
     upgrade_to_head(url)
     typer.echo(f"schema at head on {url.split('@')[-1]}")
 
@@ -68,7 +177,7 @@ def projections_rebuild(
     from om_core.adapters.store.sql_store import create_event_store
     from om_core.application.projections import rebuild_projections
 
-    store = create_event_store(database_url or _settings().database_url)
+    store = create_event_store(_database(database_url))
     report = rebuild_projections(store, verify_only=verify, prefix=prefix)
     typer.echo(json.dumps(report.as_dict(), indent=2))
     if verify and report.mismatched:
@@ -86,12 +195,9 @@ def projections_reindex(
 
     from om_core.application.vector_index import reindex_observations
     from om_core.bootstrap import build_inline
-    from om_core.settings import read_profile
 
-    settings = _settings()
-    profile = read_profile(settings.profile) if settings.profile else {}
     deps, dispatcher = build_inline(
-        database_url=database_url or settings.database_url, profile=profile, migrate=False
+        database_url=_database(database_url), profile=_settings().profile_layer, migrate=False
     )
     try:
         report = reindex_observations(deps, prefix=prefix)
@@ -104,7 +210,9 @@ def projections_reindex(
 def replay(
     thread: Annotated[str, typer.Argument(help="Thread id (or a full stream id tenant/thread/ID).")],
     to: Annotated[int | None, typer.Option("--to", min=1, help="Replay the first N events only.")] = None,
-    tenant: Annotated[str, typer.Option(envvar="OM_TENANT")] = "default",
+    tenant: Annotated[
+        str, typer.Option(envvar="OM_TENANT", help="The tenant the thread belongs to.")
+    ] = "default",
     database_url: Annotated[str | None, typer.Option(envvar="OM_DATABASE_URL")] = None,
 ) -> None:
     """Print the context window a fresh fold of the thread's events gives (at version N with --to)."""
@@ -112,7 +220,7 @@ def replay(
     from om_core.application.projections import replay_context
 
     settings = _settings()
-    store = create_event_store(database_url or settings.database_url)
+    store = create_event_store(_database(database_url))
     stream_id = thread if thread.count("/") >= 2 else f"{tenant}/thread/{thread}"
     window = replay_context(store, stream_id, to_version=to, profile=settings.profile_layer)
     typer.echo(json.dumps(window, indent=2, ensure_ascii=False))

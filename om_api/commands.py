@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -20,18 +21,34 @@ if TYPE_CHECKING:
     from om_core.settings import ServerSettings
 
 keys_app = typer.Typer(help="Manage API keys (stored hashed).", no_args_is_help=True)
+bench_app = typer.Typer(help="Run a benchmark from bench/ (prints JSON).", no_args_is_help=True)
 
-BENCHES = {"api": "bench.api_bench", "store": "bench.store_bench", "workers": "bench.workers_bench"}
+# name: (module, summary); each benchmark parses its own options, so `om bench NAME --help` is its help
+BENCHES = {
+    "api": ("bench.api_bench", "HTTP turn latency and throughput of om serve over Postgres."),
+    "store": ("bench.store_bench", "The event store: append throughput and read latency."),
+    "workers": ("bench.workers_bench", "Celery workers: trigger latency, throughput, reads that wait."),
+    "read": ("bench.read_bench", "Context read latency beside a writer, by stream length (100 to 100k)."),
+    "soak": (
+        "bench.soak",
+        "om serve, two om workers and beat under conversations and faults; integrity violations by kind.",
+    ),
+}
 
 
 def _settings(**overrides: object) -> ServerSettings:
-    from om_core.settings import ServerSettings, SettingsError
+    from om_core.settings import ServerSettings
 
-    try:
-        return ServerSettings(**{k: v for k, v in overrides.items() if v is not None})
-    except SettingsError as error:
-        typer.echo(f"configuration error: {error}", err=True)
-        raise typer.Exit(2) from None
+    return ServerSettings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def _check_broker(url: str) -> None:
+    """Fail at start when the broker does not answer: once serving, a failed publish is only logged (the
+    outbox keeps the request), so a wrong OM_BROKER_URL would otherwise go unnoticed."""
+    import redis
+
+    with redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3) as client:
+        client.ping()
 
 
 def serve(
@@ -53,8 +70,27 @@ def serve(
     import uvicorn
 
     from om_api.app import create_app
+    from om_core.adapters.models.model_ids import KEYLESS_MODEL
+    from om_core.bootstrap import check_profile_models, prepare_database
+    from om_core.settings import EMBEDDED_BROKER_URL
 
     settings = _settings(host=host, port=port, database_url=database_url)
+    if embedded:
+        # SQLite and an in-process Celery worker on the in-memory transport: the same tasks, no services,
+        # and without a profile the model that needs no key
+        settings = settings.model_copy(update={"broker_url": EMBEDDED_BROKER_URL})
+        settings = settings.with_default_profile({"model": KEYLESS_MODEL})
+        if settings.profile is None:
+            typer.echo(
+                f"note: no OM_PROFILE: the embedded server uses the keyless local model {KEYLESS_MODEL} "
+                "(OM_PROFILE names a YAML/JSON profile to choose another)",
+                err=True,
+            )
+    # what every process would find at its first request, found before listening
+    check_profile_models(settings.profile_layer)
+    prepare_database(settings.database_url)
+    if not settings.broker_url.startswith("memory://"):
+        _check_broker(settings.broker_url)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if not settings.auth_enabled:
         typer.echo(
@@ -63,18 +99,13 @@ def serve(
         )
     elif not settings.api_keys:
         typer.echo("note: no OM_API_KEYS set; only keys made with `om keys create` are accepted", err=True)
-    if embedded:
-        # SQLite and an in-process Celery worker on the in-memory transport: the same tasks, no services
-        settings = settings.model_copy(update={"broker_url": "memory://"})
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
-        return
-    if workers == 1:
+    if embedded or workers == 1:
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
         return
     # uvicorn starts each worker process afresh: each builds its own app from the OM_* environment, so the
     # options given here are passed on through it
     if database_url is not None:
-        os.environ["OM_DATABASE_URL"] = database_url
+        os.environ["OM_DATABASE_URL"] = settings.database_url
     uvicorn.run(
         "om_api.app:app_from_environment",
         factory=True,
@@ -94,11 +125,14 @@ def keys_create(
     """Create an API key for TENANT; the key is printed once and stored only as a hash."""
     from om_api.auth import create_key, valid_tenant
     from om_core.adapters.store.sql_store import create_event_store
+    from om_core.bootstrap import prepare_database
 
     if not valid_tenant(tenant):
         typer.echo(f"invalid tenant {tenant!r}: letters, digits, . _ - (up to 64)", err=True)
         raise typer.Exit(2)
-    store = create_event_store(database_url or _settings().database_url)
+    url = _settings(database_url=database_url).database_url
+    prepare_database(url)
+    store = create_event_store(url)
     try:
         key = create_key(store.engine, tenant, label)
     finally:
@@ -116,19 +150,15 @@ def simulate(
 ) -> None:
     """Re-run memory over a recorded thread with another configuration, in a scratch store, and compare."""
     from om_core.adapters.store.sql_store import create_event_store
-    from om_core.application.records import RecordNotFoundError
     from om_core.application.simulate import simulate_thread
-    from om_core.bootstrap import build_inline
-    from om_core.settings import ProfileError, read_profile
+    from om_core.bootstrap import build_inline, prepare_database
+    from om_core.settings import read_profile
 
-    settings = _settings()
-    try:
-        overrides = read_profile(config)
-    except ProfileError as error:
-        typer.echo(str(error), err=True)
-        raise typer.Exit(2) from None
-    profile = read_profile(settings.profile) if settings.profile else {}
-    source = create_event_store(database_url or settings.database_url)
+    settings = _settings(database_url=database_url)
+    overrides = read_profile(config)
+    profile = settings.profile_layer
+    prepare_database(settings.database_url)
+    source = create_event_store(settings.database_url)
     with tempfile.TemporaryDirectory(prefix="om-simulate-") as scratch_dir:
         scratch, dispatcher = build_inline(
             database_url=f"sqlite:///{scratch_dir}/scratch.sqlite3", profile=profile, migrate=True
@@ -144,29 +174,31 @@ def simulate(
                 source_profile=profile,
                 drain=dispatcher.drain,
             )
-        except RecordNotFoundError:
-            typer.echo(f"no thread {thread!r} for tenant {tenant!r}", err=True)
-            raise typer.Exit(1) from None
         finally:
             dispatcher.close()
             source.close()
     typer.echo(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
 
 
-def bench(
-    name: Annotated[str, typer.Argument(help=f"One of: {', '.join(BENCHES)}.")],
-    args: Annotated[list[str] | None, typer.Argument(help="Arguments passed to the benchmark.")] = None,
-) -> None:
-    """Run a benchmark from bench/ (prints JSON)."""
-    module = BENCHES.get(name)
-    if module is None:
-        typer.echo(f"unknown benchmark {name!r}; choose from {', '.join(BENCHES)}", err=True)
-        raise typer.Exit(2)
-    raise typer.Exit(subprocess.call([sys.executable, "-m", module, *(args or [])]))
+def _bench(module: str) -> Callable[[typer.Context], None]:
+    def run(ctx: typer.Context) -> None:
+        raise typer.Exit(subprocess.call([sys.executable, "-m", module, *ctx.args]))
+
+    return run
+
+
+for _name, (_module, _summary) in BENCHES.items():
+    bench_app.command(
+        _name,
+        help=f"{_summary} Options: om bench {_name} --help.",
+        # every option, --help included, is the benchmark's own
+        add_help_option=False,
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )(_bench(_module))
 
 
 def register(app: typer.Typer) -> None:
     app.command()(serve)
     app.command()(simulate)
-    app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(bench)
+    app.add_typer(bench_app, name="bench")
     app.add_typer(keys_app, name="keys")

@@ -24,7 +24,7 @@ from om_core.application.ports import (
     ModelError,
     StoreUnavailableError,
 )
-from om_core.application.records import RecordNotFoundError, ResourceRequiredError
+from om_core.application.streams import RecordNotFoundError, ResourceRequiredError
 from om_core.domain.config import ConfigError
 from om_core.domain.message_input import MessageValidationError
 
@@ -93,16 +93,26 @@ def _jsonable(value: Any) -> Any:
 
 
 def _allowed_methods(app: FastAPI, request: Request) -> set[str]:
+    from fastapi.routing import iter_route_contexts
     from starlette.routing import Match
 
     allowed: set[str] = set()
-    for route in app.router.routes:
+    # an included router is one entry of app.router.routes; its routes are reached through their contexts
+    for route in iter_route_contexts(app.router.routes):
         match, _ = route.matches({**request.scope, "method": "__none__"})
         methods = getattr(route, "methods", None)
         if match != Match.NONE and methods:
             allowed.update(methods)
     allowed.discard("HEAD")
     return allowed
+
+
+def _undeclared_body(request: Request) -> bool:
+    """A body whose content-type does not say JSON: FastAPI leaves it unparsed (a browser can send such a
+    body to a loopback server without a CORS preflight), so it cannot match the schema."""
+    sized = request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return sized and media_type != "application/json" and not media_type.endswith("+json")
 
 
 def _store_unavailable(error: Exception) -> JSONResponse:
@@ -166,7 +176,7 @@ def install(app: FastAPI) -> None:
         return error_response(error.status, error.code, error.message, error.details, error.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, error: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, error: RequestValidationError) -> JSONResponse:
         problems = [
             {
                 "loc": [str(p) for p in e.get("loc", ())],
@@ -178,6 +188,13 @@ def install(app: FastAPI) -> None:
         if any(p["type"] == "json_invalid" for p in problems):
             return error_response(
                 400, "malformed_json", "the request body is not valid JSON", {"errors": problems}
+            )
+        if any(p["loc"][:1] == ["body"] for p in problems) and _undeclared_body(request):
+            return error_response(
+                415,
+                "unsupported_media_type",
+                "the request body must be JSON, sent with content-type: application/json",
+                {"content_type": request.headers.get("content-type")},
             )
         path_problem = next((p for p in problems if p["loc"][:1] == ["path"]), None)
         if path_problem is not None:

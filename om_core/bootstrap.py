@@ -8,10 +8,10 @@ from typing import Any
 from om_core.adapters.inline_dispatcher import InlineDispatcher
 from om_core.adapters.models.litellm_gateway import LiteLLMGateway, RetryPolicy
 from om_core.adapters.models.model_ids import KEYLESS_MODEL, check_model_credentials, missing_api_key
-from om_core.adapters.store.migrations import upgrade_to_head
+from om_core.adapters.store.migrations import alembic_config, current_revision, upgrade_to_head
 from om_core.adapters.store.sql_store import create_event_store
+from om_core.application.deps import Deps
 from om_core.application.ports import ModelGateway, WorkDispatcher
-from om_core.application.records import Deps
 from om_core.application.state_cache import DEFAULT_CAPACITY, StateCache
 from om_core.application.work import run_task
 from om_core.domain.config import (
@@ -23,6 +23,32 @@ from om_core.domain.config import (
     parse_memory_config,
 )
 from om_core.domain.thresholds import DEFAULT_MODEL
+
+
+class SchemaNotMigratedError(RuntimeError):
+    """The database's schema is not at the newest revision: ``om migrate`` has not been run on it."""
+
+    def __init__(self, revision: str | None, head: str) -> None:
+        self.revision = revision
+        self.head = head
+        found = f"at revision {revision}" if revision else "empty"
+        super().__init__(f"the database schema is {found}, not at {head}")
+
+
+def prepare_database(database_url: str) -> None:
+    """Make sure the schema is at head before a process uses the database. SQLite is the embedded store
+    and is migrated here, as ``om serve --embedded`` does; any other database is migrated once per deploy by
+    ``om migrate``, so here it is only checked (SchemaNotMigratedError). An unreachable database fails here
+    too, with the driver's error, rather than at the first request."""
+    if database_url.startswith("sqlite"):
+        upgrade_to_head(database_url)
+        return
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config(database_url)).get_current_head()
+    revision = current_revision(database_url)
+    if revision != head:
+        raise SchemaNotMigratedError(revision, str(head))
 
 
 def build_deps(
@@ -75,9 +101,14 @@ def build_inline(
 def model_gateway_for(profile: Mapping[str, Any] | None) -> LiteLLMGateway:
     """The gateway for a server profile: its cloud models' keys are checked now, and transient errors are
     retried as its ``modelRetry`` says."""
-    config = parse_memory_config(profile or {})
-    check_model_credentials(configured_models(config))
-    return LiteLLMGateway(retry_policy=retry_policy(config))
+    check_profile_models(profile)
+    return LiteLLMGateway(retry_policy=retry_policy(parse_memory_config(profile or {})))
+
+
+def check_profile_models(profile: Mapping[str, Any] | None) -> None:
+    """ModelConfigurationError when a model the profile can call has no API key in the environment: what
+    every process that runs model work checks at start."""
+    check_model_credentials(configured_models(parse_memory_config(profile or {})))
 
 
 def configured_models(config: MemoryConfig) -> list[str]:

@@ -25,12 +25,18 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from om_core.domain.config import ConfigError, MemoryConfig, merge_config_layers, parse_memory_config
 
 ENV_PREFIX = "OM_"
 DATABASE_SCHEMES = frozenset({"sqlite", "postgresql", "postgresql+psycopg"})
 BROKER_SCHEMES = frozenset({"memory", "redis", "rediss"})
+# kombu's in-memory transport, for the in-process worker. With no host in the URL kombu warns ("No hostname
+# was supplied") each time it connects.
+EMBEDDED_BROKER_URL = "memory://localhost/"
+_POSTGRES_URL = "postgresql+psycopg://user:password@host:5432/database"
 _SECRET_FIELDS = frozenset({"api_keys", "flower_password"})
 _URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
@@ -106,11 +112,26 @@ def _check_scheme(url: str, allowed: frozenset[str]) -> str:
     return url
 
 
+def _database_url(url: str) -> str:
+    scheme = url.partition("://")[0].lower()
+    if scheme == "postgres" or (scheme.startswith("postgresql+") and scheme != "postgresql+psycopg"):
+        raise ValueError(f"om runs Postgres on psycopg 3: use {_POSTGRES_URL}")
+    _check_scheme(url, DATABASE_SCHEMES)
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as error:
+        raise ValueError(f"is not a valid database URL ({error}); e.g. {_POSTGRES_URL}") from None
+    if parsed.drivername == "postgresql":
+        # SQLAlchemy's driver for a bare postgresql:// is psycopg2, which om does not install
+        return "postgresql+psycopg://" + url.partition("://")[2]
+    return url
+
+
 class ServerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
     database_url: str = "sqlite:///./.om/om.sqlite3"
-    broker_url: str = "memory://"
+    broker_url: str = EMBEDDED_BROKER_URL
     api_keys: Annotated[dict[str, str], NoDecode, BeforeValidator(_parse_api_keys)] = Field(
         default_factory=dict, repr=False
     )
@@ -140,7 +161,7 @@ class ServerSettings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _database_scheme(cls, value: str) -> str:
-        return _check_scheme(value, DATABASE_SCHEMES)
+        return _database_url(value)
 
     @field_validator("broker_url")
     @classmethod
@@ -169,6 +190,16 @@ class ServerSettings(BaseSettings):
     def profile_layer(self) -> dict[str, Any]:
         """The profile as written (validated), to layer a thread's own overrides on."""
         return dict(self._profile_layer)
+
+    def with_default_profile(self, layer: Mapping[str, Any]) -> ServerSettings:
+        """These settings with ``layer`` as the profile when ``OM_PROFILE`` names none (the embedded mode's
+        keyless model); a named profile is kept as it is."""
+        if self.profile is not None:
+            return self
+        parse_memory_config(layer)
+        settings = self.model_copy()
+        settings._profile_layer = dict(layer)
+        return settings
 
     @property
     def auth_enabled(self) -> bool:

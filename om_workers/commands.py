@@ -15,6 +15,8 @@ import typer
 if TYPE_CHECKING:
     from celery import Celery
 
+    from om_core.settings import ServerSettings
+
 DEFAULT_QUEUES = "om.sync,om.buffer,om.maintenance"
 
 
@@ -22,14 +24,15 @@ def _loopback(address: str) -> bool:
     return address in ("127.0.0.1", "::1", "localhost")
 
 
-def _celery_app() -> Celery:
-    from om_core.settings import SettingsError
+def _celery_app(settings: ServerSettings | None = None) -> Celery:
+    from om_core.settings import ServerSettings
+    from om_workers.app import create_app
 
+    # an invalid OM_* setting is reported by the om command itself, as for every verb
+    settings = settings or ServerSettings()
     try:
-        from om_workers.app import create_app
-
-        return create_app()
-    except (SettingsError, ValueError) as error:
+        return create_app(settings)
+    except ValueError as error:  # an invalid OM_WORKER_* setting
         typer.echo(f"configuration error: {error}", err=True)
         raise typer.Exit(2) from None
 
@@ -51,7 +54,13 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Run a Celery worker for om's queues (om.sync first: blocking work is never behind background)."""
-        celery_app = _celery_app()
+        from om_core.bootstrap import check_profile_models
+        from om_core.settings import ServerSettings
+
+        settings = ServerSettings()
+        # as om serve does: a model without its key would fail every task this worker takes
+        check_profile_models(settings.profile_layer)
+        celery_app = _celery_app(settings)
         if metrics_port:
             from om_workers.metrics import start_metrics_server
 
@@ -82,13 +91,9 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Run Flower (the Celery monitor) behind basic auth from OM_FLOWER_USER / OM_FLOWER_PASSWORD."""
-        from om_core.settings import ServerSettings, SettingsError
+        from om_core.settings import ServerSettings
 
-        try:
-            settings = ServerSettings()
-        except SettingsError as error:
-            typer.echo(f"configuration error: {error}", err=True)
-            raise typer.Exit(2) from None
+        settings = ServerSettings()
         argv = ["flower", f"--port={port}", f"--address={address}"]
         if settings.flower_user and settings.flower_password is not None:
             # through Flower's environment, not argv: a command line is readable by every local user (ps)
@@ -101,4 +106,4 @@ def register(app: typer.Typer) -> None:
         elif not _loopback(address):
             typer.echo(f"--no-auth is only allowed on a loopback address, not {address}", err=True)
             raise typer.Exit(2)
-        _celery_app().start(argv)
+        _celery_app(settings).start(argv)

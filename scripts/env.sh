@@ -14,10 +14,30 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 STAMP="$VENV/.om-installed"
 WANT="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+# On a terminal, pip's progress as one line rewritten in place (the full output goes to a log, shown if pip
+# fails); elsewhere (CI) pip's own line per package.
+_om_progress() {
+  local line
+  while IFS= read -r line; do
+    case "$line" in
+      Collecting* | "Installing collected"* | "Building editable"*)
+        printf '\r\033[K    %s' "${line:0:76}" >&2 ;;
+    esac
+  done
+  printf '\r\033[K' >&2
+}
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
-  echo "==> installing om and its dependencies into $VENV" >&2
+  echo "==> installing dependencies into $VENV (about a minute, once)..." >&2
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
-  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]" >&2
+  if [ -t 2 ]; then
+    LOG="$VENV/.om-install.log"
+    if ! "$VENV/bin/python" -m pip install -e "$ROOT[dev]" 2>&1 | tee "$LOG" | _om_progress; then
+      cat "$LOG" >&2
+      exit 1
+    fi
+  else
+    "$VENV/bin/python" -m pip install --progress-bar off -e "$ROOT[dev]" >&2
+  fi
   echo "$WANT" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

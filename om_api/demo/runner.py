@@ -7,7 +7,10 @@ append the assistant's answer. Buffering, activation and reflection happen as th
 from __future__ import annotations
 
 import json
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -19,9 +22,14 @@ from rich.table import Table
 from rich.text import Text
 
 from om_api.demo.conversation import FACTS, synthetic_conversation
+from om_api.queries import engine_of
+from om_core.adapters.inline_dispatcher import InlineDispatcher
 from om_core.application.append import append_messages, configure_thread
+from om_core.application.configuration import counter_for, record_config
 from om_core.application.context import get_context
-from om_core.application.records import counter_for, load_state, record_config, thread_stream_id
+from om_core.application.deps import Deps
+from om_core.application.repository import load_state
+from om_core.application.streams import thread_stream_id
 from om_core.bootstrap import build_inline
 from om_core.domain.context import ContextWindow
 from om_core.domain.events import (
@@ -83,12 +91,31 @@ def run_demo(
     background: bool = False,
     console: Console | None = None,
 ) -> DemoSummary:
+    """The demo over ``database``, which is kept; without one, over a scratch file deleted at the end."""
     console = console or Console()
-    path = database or Path(".om") / f"demo-{int(time.time() * 1000)}.sqlite3"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    deps, dispatcher = build_inline(
-        database_url=f"sqlite:///{path}", profile=DEMO_PROFILE, background=background
-    )
+    with _database_file(database) as path:
+        deps, dispatcher = build_inline(
+            database_url=f"sqlite:///{path}", profile=DEMO_PROFILE, background=background
+        )
+        try:
+            return _converse(deps, dispatcher, turns=turns, seed=seed, as_json=as_json, console=console)
+        finally:
+            engine_of(deps.store).dispose()
+
+
+@contextmanager
+def _database_file(database: Path | None) -> Iterator[Path]:
+    if database is not None:
+        database.parent.mkdir(parents=True, exist_ok=True)
+        yield database
+        return
+    with tempfile.TemporaryDirectory(prefix="om-demo-") as scratch:
+        yield Path(scratch) / "demo.sqlite3"
+
+
+def _converse(
+    deps: Deps, dispatcher: InlineDispatcher, *, turns: int, seed: int, as_json: bool, console: Console
+) -> DemoSummary:
     thread_id = f"demo-{seed}"
     stream_id = thread_stream_id(DEMO_TENANT, thread_id)
     configure_thread(
@@ -101,7 +128,9 @@ def run_demo(
     feed: list[str] = []
     max_unobserved = 0
     started = time.monotonic()
-    live = None if as_json else Live(console=console, refresh_per_second=8, transient=False)
+    # Live redraws in place on a terminal only; elsewhere (a pipe, a file) it would print just the last
+    # frame without ending its line, so there the last frame is printed once, after the conversation
+    live = Live(console=console, refresh_per_second=8) if console.is_terminal and not as_json else None
     if live is not None:
         live.start()
     try:
@@ -125,6 +154,8 @@ def run_demo(
         if live is not None:
             live.stop()
         dispatcher.close()
+    if live is None and not as_json:
+        console.print(_render(deps, stream_id, turns, turns, feed))
     state = load_state(deps.store, stream_id, deps.states)
     config = record_config(deps.profile, state)
     limits = resolve_limits(config, state)

@@ -37,18 +37,16 @@ from om_api.schemas import (
 )
 from om_api.sse import event_stream
 from om_core.application.append import append_messages, configure_thread
+from om_core.application.configuration import counter_for, record_config
 from om_core.application.context import read_context
+from om_core.application.deps import Deps
 from om_core.application.erase import erase_thread
 from om_core.application.manual import observe_now, reflect_now
-from om_core.application.records import (
-    Deps,
+from om_core.application.repository import load_state, replay_state
+from om_core.application.streams import (
     RecordNotFoundError,
     ResourceRequiredError,
-    counter_for,
-    load_state,
-    record_config,
     record_stream_for,
-    replay_state,
     thread_stream_id,
 )
 from om_core.application.vector_index import GroupHit, search_observations, vector_index_enabled
@@ -71,7 +69,7 @@ ThreadId = Annotated[
 ]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 404, 409, 413, 422, 429, 503)
+    code: {"model": ErrorBody} for code in (400, 401, 404, 409, 413, 415, 422, 429, 503)
 }
 
 
@@ -138,6 +136,20 @@ def _record_state(deps: Deps, tenant: str, thread_id: str) -> RecordState:
     if state.version == 0:
         raise not_found(thread_id)
     return state
+
+
+def _within_stream(deps: Deps, tenant: str, thread_id: str, at_version: int) -> None:
+    """A version past the stream's head is refused: a replay would stop at the head and answer it."""
+    version = deps.store.stream_version(_record_stream(deps, tenant, thread_id))
+    if version == 0:
+        raise not_found(thread_id)
+    if at_version > version:
+        raise ApiError(
+            422,
+            "version_out_of_range",
+            f"at_version {at_version} is past the thread's history: its current version is {version}",
+            {"at_version": at_version, "version": version},
+        )
 
 
 def _record_stream(deps: Deps, tenant: str, thread_id: str) -> str:
@@ -233,6 +245,8 @@ def get_thread_context(
     ] = None,
     wait: Annotated[bool, Query(description="false: never block on synchronous work")] = True,
 ) -> Response:
+    if at_version is not None:
+        _within_stream(deps, tenant, thread_id, at_version)
     read = read_context(
         deps, tenant=tenant, thread_id=thread_id, caller_model=model, at_version=at_version, wait=wait
     )

@@ -8,12 +8,13 @@ answer. The threshold arithmetic over these values lives in ``om_core.domain.thr
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeAlias, TypeVar
+from typing import Annotated, Any, Literal, TypeAlias, TypeVar, get_args
 
 from pydantic import (
     AfterValidator,
@@ -94,8 +95,9 @@ class ConfigError(ValueError):
         return cls(first.option, first.value, first.rule, *rest)
 
     @classmethod
-    def from_validation(cls, error: ValidationError) -> ConfigError:
-        return cls.of(_problems_from(error))
+    def from_validation(cls, error: ValidationError, model: type[BaseModel]) -> ConfigError:
+        """The problems of validating ``model``; an unknown option is told the nearest known name."""
+        return cls.of(_problems_from(error, model))
 
     @property
     def option(self) -> str:
@@ -140,7 +142,7 @@ def _dotted(loc: Iterable[int | str]) -> str:
     return path
 
 
-def _problems_from(error: ValidationError) -> list[ConfigProblem]:
+def _problems_from(error: ValidationError, model: type[BaseModel]) -> list[ConfigProblem]:
     problems: list[ConfigProblem] = []
     for detail in error.errors():
         path = _dotted(detail["loc"])
@@ -149,11 +151,38 @@ def _problems_from(error: ValidationError) -> list[ConfigProblem]:
             # Raised by our own validators with options relative to the location pydantic reports.
             problems.extend(problem.under(path) for problem in cause.problems)
         elif detail["type"] == "extra_forbidden":
-            problems.append(ConfigProblem(path, detail["input"], "unknown option"))
+            problems.append(ConfigProblem(path, detail["input"], _unknown_option(model, detail["loc"])))
         else:
             rule = str(detail["msg"]).removeprefix("Value error, ").replace("Input should be", "must be")
             problems.append(ConfigProblem(path, detail["input"], rule))
     return problems
+
+
+def _unknown_option(model: type[BaseModel], loc: Sequence[int | str]) -> str:
+    known = _section_options(model, loc[:-1])
+    nearest = difflib.get_close_matches(str(loc[-1]), known, n=1) if loc else []
+    return f"unknown option (did you mean {nearest[0]!r}?)" if nearest else "unknown option"
+
+
+def _section_options(model: type[BaseModel], loc: Sequence[int | str]) -> list[str]:
+    """The option names (camelCase) of the section found at ``loc`` inside ``model``."""
+    section: type[BaseModel] | None = model
+    for part in loc:
+        if section is None:
+            return []
+        if isinstance(part, int):
+            continue  # an item of a list of sections: the section type was found from the list's type
+        field = next((f for name, f in section.model_fields.items() if part in (name, f.alias)), None)
+        section = _section_type(field.annotation) if field is not None else None
+    if section is None:
+        return []
+    return [field.alias or name for name, field in section.model_fields.items()]
+
+
+def _section_type(annotation: object) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next(filter(None, map(_section_type, get_args(annotation))), None)
 
 
 _Model = TypeVar("_Model", bound=BaseModel)
@@ -164,7 +193,7 @@ def _validated(model: type[_Model], raw: object) -> _Model:
     try:
         return model.model_validate(raw)
     except ValidationError as error:
-        raise ConfigError.from_validation(error) from None
+        raise ConfigError.from_validation(error, model) from None
 
 
 # ------------------------------------------------------------------------------------- value parsing
@@ -808,7 +837,7 @@ def parse_memory_config(raw: Mapping[str, Any] | None) -> MemoryConfig:
     try:
         return MemoryConfig.model_validate(raw)
     except ValidationError as error:
-        raise ConfigError.from_validation(error) from None
+        raise ConfigError.from_validation(error, MemoryConfig) from None
 
 
 def merge_config_layers(*layers: Mapping[str, Any] | None) -> dict[str, Any]:

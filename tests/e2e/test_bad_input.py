@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from om_api.queries import engine_of
-from om_core.application.records import Deps
+from om_core.application.deps import Deps
 
 from .conftest import AUTH_A, AUTH_B, build
 
@@ -237,6 +237,22 @@ CASES: list[tuple[str, str, str, dict[str, Any], int, str]] = [
     ),
     ("unknown route", "GET", "/v1/nothing", {"headers": AUTH_A}, 404, "not_found"),
     ("wrong method", "PATCH", "/v1/threads/t1", {"headers": AUTH_A}, 405, "method_not_allowed"),
+    (
+        "json without content-type",
+        "POST",
+        "/v1/threads/t1/messages",
+        {"content": json.dumps({"messages": [OK_MESSAGE]}).encode(), "headers": AUTH_A},
+        415,
+        "unsupported_media_type",
+    ),
+    (
+        "json sent as text",
+        "PUT",
+        "/v1/threads/t1",
+        {"content": b'{"title": "x"}', "headers": {**AUTH_A, "content-type": "text/plain"}},
+        415,
+        "unsupported_media_type",
+    ),
 ]
 
 
@@ -285,6 +301,41 @@ def test_other_tenant_sees_nothing(small: Any) -> None:
     r = client.get("/v1/threads/mine/recall", params={"cursor": "m1"}, headers=AUTH_B)
     assert r.status_code == 404
     assert _counts(deps)[0] == before[0] + 1  # only beta's own PUT
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("PATCH", "/v1/threads/t1", "DELETE, GET, PUT"),
+        ("DELETE", "/v1/threads", "GET"),
+        ("GET", "/v1/threads/t1/messages", "POST"),
+    ],
+)
+def test_a_wrong_method_is_told_the_paths_methods(small: Any, method: str, path: str, allowed: str) -> None:
+    client, _ = small
+    r = client.request(method, path, headers=AUTH_A)
+    assert r.status_code == 405
+    assert r.headers["allow"] == allowed
+
+
+def test_a_body_that_is_not_declared_json_is_told_the_content_type_to_send(small: Any) -> None:
+    client, _ = small
+    r = client.post("/v1/threads/t1/messages", content=json.dumps({"messages": [OK_MESSAGE]}), headers=AUTH_A)
+    assert r.status_code == 415
+    assert "content-type: application/json" in r.json()["error"]["message"]
+
+
+def test_time_travel_past_the_head_names_the_current_version(small: Any) -> None:
+    client, _ = small
+    r = client.post("/v1/threads/travel/messages", json={"messages": [OK_MESSAGE]}, headers=AUTH_A)
+    version = r.json()["version"]
+    assert client.get(f"/v1/threads/travel/context?at_version={version}", headers=AUTH_A).status_code == 200
+    r = client.get(f"/v1/threads/travel/context?at_version={version + 1}", headers=AUTH_A)
+    assert r.status_code == 422
+    error = r.json()["error"]
+    assert error["code"] == "version_out_of_range"
+    assert error["details"] == {"at_version": version + 1, "version": version}
+    assert f"current version is {version}" in error["message"]
 
 
 def test_duplicates_and_conflicts(small: Any) -> None:

@@ -226,6 +226,37 @@ def test_the_same_option_spelled_twice_is_an_error() -> None:
 )
 def test_unknown_keys_are_errors_naming_the_key(raw: dict[str, Any], option: str) -> None:
     _, rule = problem_for(raw, option)
+    assert rule.startswith("unknown option")
+
+
+@pytest.mark.parametrize(
+    ("raw", "option", "nearest"),
+    [
+        ({"observation": {"mesageTokens": 1_000}}, "observation.mesageTokens", "messageTokens"),
+        (
+            {"observation": {"modelSettings": {"temprature": 0.2}}},
+            "observation.modelSettings.temprature",
+            "temperature",
+        ),
+        (
+            {"reflection": {"extract": [{"name": "x", "instruction": "y"}]}},
+            "reflection.extract[0].instruction",
+            "instructions",
+        ),
+        ({"retrieval": {"vectors": True}}, "retrieval.vectors", "vector"),
+        ({"modelRetry": {"retries": 3}}, "modelRetry.retries", "maxRetries"),
+        ({"failurePolcy": "abort"}, "failurePolcy", "failurePolicy"),
+    ],
+)
+def test_an_unknown_option_names_the_nearest_known_one(
+    raw: dict[str, Any], option: str, nearest: str
+) -> None:
+    _, rule = problem_for(raw, option)
+    assert rule == f"unknown option (did you mean {nearest!r}?)"
+
+
+def test_an_unknown_option_like_no_other_gets_no_suggestion() -> None:
+    _, rule = problem_for({"observation": {"foo_bar": 1}}, "observation.foo_bar")
     assert rule == "unknown option"
 
 

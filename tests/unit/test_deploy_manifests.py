@@ -1,4 +1,5 @@
-"""The deployment files parse, and every command they run is an existing ``om`` verb with those options."""
+"""The deployment files parse, every command they run is an existing ``om`` verb with those options, and
+every om process is given a memory profile (OM_PROFILE and the file mounted where it points)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import yaml
 from typer.testing import CliRunner
 
 from om_api.cli import app
+from om_core.domain.config import parse_memory_config
+from om_core.settings import read_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = [ROOT / "docker-compose.yml", *sorted((ROOT / "deploy" / "k8s").glob("*.yaml"))]
@@ -68,3 +71,44 @@ def test_every_command_is_an_om_verb(where: str, argv: list[str]) -> None:
     assert result.exit_code == 0, result.output
     for option in (a for a in args if a.startswith("--")):
         assert re.search(rf"{re.escape(option)}\b", result.output), f"{where}: om {verb} has no {option}"
+
+
+PROFILE = "/etc/om/profile.yaml"
+
+
+def test_compose_mounts_a_profile_and_names_it() -> None:
+    services = _documents(ROOT / "docker-compose.yml")[0]["services"]
+    om_services = {name: service for name, service in services.items() if "build" in service}
+    assert om_services
+    for name, service in om_services.items():
+        assert service["environment"]["OM_PROFILE"] == PROFILE, name
+        mounts = [volume.rsplit(":", 2) for volume in service.get("volumes", [])]
+        sources = [source for source, target, _ in mounts if target == PROFILE]
+        assert sources, f"compose:{name} mounts nothing at {PROFILE}"
+        # ${OM_PROFILE_FILE:-./examples/profile.yaml}: the example unless the user names their own
+        default = re.fullmatch(r"\$\{OM_PROFILE_FILE:-(.+)\}", sources[0])
+        assert default and (ROOT / default[1]).is_file(), sources[0]
+
+
+def test_k8s_mounts_the_profile_config_map_and_names_it(tmp_path: Path) -> None:
+    docs = [doc for path in MANIFESTS[1:] for doc in _documents(path)]
+    config_maps = {doc["metadata"]["name"]: doc for doc in docs if doc["kind"] == "ConfigMap"}
+    assert config_maps["om-config"]["data"]["OM_PROFILE"] == PROFILE
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(config_maps["om-profile"]["data"]["profile.yaml"])
+    parse_memory_config(read_profile(profile))
+    for doc in docs:
+        spec = doc.get("spec", {}).get("template", {}).get("spec", {})
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for container in [*spec.get("initContainers", []), *spec.get("containers", [])]:
+            if not container.get("image", "").startswith("om:"):
+                continue
+            where = f"{doc['metadata']['name']}:{container['name']}"
+            assert {"configMapRef": {"name": "om-config"}} in container["envFrom"], where
+            mounted = [
+                m
+                for m in container.get("volumeMounts", [])
+                if PROFILE.startswith(m["mountPath"].rstrip("/") + "/")
+            ]
+            assert mounted, f"{where} mounts nothing at {PROFILE}"
+            assert volumes[mounted[0]["name"]]["configMap"]["name"] == "om-profile", where

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from om_core.domain.config import ConfigError
-from om_core.settings import ProfileError, ServerSettings, SettingsError, load_profile, read_profile
+from om_core.settings import (
+    EMBEDDED_BROKER_URL,
+    ProfileError,
+    ServerSettings,
+    SettingsError,
+    load_profile,
+    read_profile,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +29,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_defaults() -> None:
     settings = ServerSettings()
     assert settings.database_url == "sqlite:///./.om/om.sqlite3"
-    assert settings.broker_url == "memory://"
+    assert settings.broker_url == EMBEDDED_BROKER_URL
     assert settings.api_keys == {}
     assert settings.auth == "enabled" and settings.auth_enabled
     assert settings.profile is None
@@ -77,6 +84,42 @@ def test_invalid_values_name_the_variable(
     monkeypatch.setenv(variable, value)
     with pytest.raises(SettingsError, match=fragment):
         ServerSettings()
+
+
+@pytest.mark.parametrize("scheme", ["postgres", "postgresql+psycopg2"])
+def test_a_postgres_url_of_another_driver_is_told_the_scheme_to_use(
+    monkeypatch: pytest.MonkeyPatch, scheme: str
+) -> None:
+    monkeypatch.setenv("OM_DATABASE_URL", f"{scheme}://om@db:5432/om")
+    with pytest.raises(SettingsError) as caught:
+        ServerSettings()
+    assert "use postgresql+psycopg://" in str(caught.value)
+
+
+def test_postgresql_urls_run_on_psycopg_3() -> None:
+    # SQLAlchemy's own default driver for postgresql:// is psycopg2, which om does not install
+    url = ServerSettings(database_url="postgresql://om@db:5432/om").database_url
+    assert url == "postgresql+psycopg://om@db:5432/om"
+
+
+def test_an_unparsable_database_url_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OM_DATABASE_URL", "postgresql+psycopg://om@db:port/om")
+    with pytest.raises(SettingsError, match="OM_DATABASE_URL=postgresql"):
+        ServerSettings()
+
+
+def test_a_default_profile_applies_only_without_om_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keyless = ServerSettings().with_default_profile({"model": "om-local/extractive"})
+    assert keyless.profile_layer == {"model": "om-local/extractive"}
+    copied = keyless.model_copy(update={"broker_url": EMBEDDED_BROKER_URL})
+    assert copied.memory_config().model == "om-local/extractive"
+    profile = tmp_path / "profile.yaml"
+    profile.write_text("observation:\n  messageTokens: 5000\n")
+    monkeypatch.setenv("OM_PROFILE", str(profile))
+    named = ServerSettings().with_default_profile({"model": "om-local/extractive"})
+    assert named.profile_layer == {"observation": {"messageTokens": 5000}}
 
 
 def test_secrets_are_not_echoed_in_errors(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -43,6 +43,7 @@ def operator_error(error: BaseException) -> str | None:
     import sqlalchemy as sa
 
     from om_core.application.ports import ModelConfigurationError, StoreUnavailableError
+    from om_core.application.projections import VersionOutOfRangeError
     from om_core.application.streams import RecordNotFoundError
     from om_core.bootstrap import SchemaNotMigratedError
     from om_core.domain.config import ConfigError
@@ -55,6 +56,8 @@ def operator_error(error: BaseException) -> str | None:
             f"{error}; set the key, or set OM_PROFILE to a YAML/JSON profile naming another model "
             "(without a profile, Mastra's default model is used)"
         )
+    if isinstance(error, VersionOutOfRangeError):
+        return f"{error}: pass --to {error.version} or less"
     if isinstance(error, SchemaNotMigratedError):
         return f"{error}: run `om migrate` on this database first"
     if isinstance(error, RecordNotFoundError):

@@ -17,6 +17,16 @@ from om_core.domain.context import build_context
 from om_core.domain.envelope import StateSnapshot, StoredSnapshot
 
 
+class VersionOutOfRangeError(LookupError):
+    """A version past the stream's last event: there is no such point in its history."""
+
+    def __init__(self, stream_id: str, requested: int, version: int) -> None:
+        super().__init__(f"{stream_id} has no version {requested}: its history ends at version {version}")
+        self.stream_id = stream_id
+        self.requested = requested
+        self.version = version
+
+
 @dataclass
 class RebuildReport:
     streams: int = 0
@@ -86,10 +96,15 @@ def replay_context(
     profile: Mapping[str, Any] | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
-    """The context window a fresh fold of the first ``to_version`` events gives, as JSON."""
+    """The context window a fresh fold of the first ``to_version`` events gives, as JSON.
+
+    Raises RecordNotFoundError for a stream with no events, VersionOutOfRangeError past its last one.
+    """
     state = replay_state(store, stream_id, to_version)
     if state.version == 0:
         raise RecordNotFoundError(stream_id)
+    if to_version is not None and to_version > state.version:
+        raise VersionOutOfRangeError(stream_id, to_version, state.version)
     window = build_context(state, record_config(profile or {}, state), now or utc_now())
     return {
         "stream_id": stream_id,

@@ -276,6 +276,12 @@ def test_replay_of_a_thread_of_another_tenant(demo_run: tuple[dict[str, float], 
     assert om("replay", "demo-7", "--tenant", "demo", database=database).returncode == 0
 
 
+def test_replay_past_the_last_event(demo_run: tuple[dict[str, float], Path]) -> None:
+    _, database = demo_run
+    line = operator_error(om("replay", "demo-7", "--tenant", "demo", "--to", "999999", database=database))
+    assert "has no version 999999" in line and "pass --to" in line
+
+
 @pytest.mark.parametrize("how", ["--debug", "OM_DEBUG=1"])
 def test_the_traceback_is_shown_only_when_asked_for(how: str) -> None:
     url = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/om"

@@ -31,9 +31,9 @@ from typing import Any
 
 import httpx
 
-from om_workers.harness import om_server, scratch_postgres
+from testing.postgres import DEFAULT_SERVER, scratch_postgres
+from testing.processes import om_server
 
-DEFAULT_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 PROFILE = "model: om-local/extractive\n"  # Mastra's default budgets (30k / 40k)
 KEY = "bench-key"
 

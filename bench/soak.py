@@ -59,8 +59,8 @@ from bench.soak_checks import (
     verify_projections,
 )
 from om_api.demo.conversation import Turn, synthetic_conversation
+from om_core.adapters.store import SqlEventStore, create_event_store
 from om_core.adapters.store.schema import events, outbox
-from om_core.adapters.store.sql_store import SqlEventStore, create_event_store
 from om_core.application.repository import load_state
 from om_core.application.streams import thread_stream_id
 from om_core.application.task_requests import (
@@ -74,7 +74,9 @@ from om_core.domain.events import effect_event_id
 from om_core.settings import ServerSettings
 from om_workers.app import create_app
 from om_workers.dispatcher import publish
-from om_workers.harness import (
+from om_workers.settings import WorkerSettings
+from testing.postgres import postgres_server, scratch_postgres
+from testing.processes import (
     CeleryProcess,
     RedisServer,
     free_port,
@@ -82,13 +84,9 @@ from om_workers.harness import (
     om_server,
     om_worker_process,
     process_env,
-    scratch_postgres,
 )
-from om_workers.settings import WorkerSettings
 
-ADMIN_URL = os.environ.get(
-    "OM_TEST_ADMIN_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
+ADMIN_URL = postgres_server().render_as_string(hide_password=False)
 TENANT = "soak"
 KEY = "soak-key"
 # Short recovery bounds, so every fault heals within the run: a SIGKILLed worker's message is redelivered
@@ -603,7 +601,7 @@ def in_flight(store: SqlEventStore) -> list[dict[str, Any]]:
         page = store.list_streams_with_pending_work(after=after, limit=500)
         for stream_id in page:
             try:
-                state = load_state(store, stream_id)
+                state = load_state(store, store, stream_id)
             except Exception as error:  # reported by the checks; here it only must not stop the wait
                 busy.append({"stream": stream_id, "unreadable": repr(error)})
                 continue

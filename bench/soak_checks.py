@@ -30,7 +30,7 @@ from om_core.application.ports import EventStore
 from om_core.domain import parts
 from om_core.domain.envelope import RecordedEvent
 from om_core.domain.events import ChunksActivated, DomainEvent, SyncObservationCompleted, from_recorded
-from om_core.domain.state import RecordState, evolve, initial_state
+from om_core.domain.state import RecordState, SyncInFlight, evolve, initial_state
 
 EXAMPLES = 5
 
@@ -168,8 +168,7 @@ def _fold(
                 observed_by.update(chunk.message_ids)
         elif (
             isinstance(event, SyncObservationCompleted)
-            and state.sync_in_flight is not None
-            and state.sync_in_flight.cycle_id == event.cycle_id
+            and state.in_flight(event.cycle_id, SyncInFlight) is not None
             and event.observations.strip()
         ):
             observed_by.update(event.message_ids)

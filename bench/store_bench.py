@@ -11,7 +11,6 @@ store (and its pool) in fewer processes; the report says which, and the writers'
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -23,22 +22,20 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from om_core.adapters.store import SqlEventStore, create_event_store
 from om_core.adapters.store.migrations import upgrade_to_head
 from om_core.application.ports import ConcurrencyError
 from om_core.domain.envelope import NewEvent, StateSnapshot
+from testing.postgres import DEFAULT_SERVER, scratch_postgres
 
-DEFAULT_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 PAYLOAD_TEXT = "x" * 900  # with the other fields, about 1 KB of JSON per event
 
 
@@ -273,24 +270,6 @@ def read_latency(url: str, sizes: list[int], quick: bool) -> dict[str, Any]:
 # --- databases ---------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def scratch_postgres(server_url: str) -> Iterator[str]:
-    server = make_url(server_url)
-    name = f"om_bench_{os.getpid()}"
-    admin = sa.create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    url = server.set(database=name).render_as_string(hide_password=False)
-    try:
-        upgrade_to_head(url)
-        yield url
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
-
-
 def without_fsync_wait(url: str) -> str:
     """The same database with ``synchronous_commit=off`` for the sessions of this URL only."""
     return (
@@ -327,7 +306,7 @@ def main() -> None:
         "event_bytes": len(json.dumps(event_data(0))),
         "snapshot_bytes": len(json.dumps(snapshot(0).state)),
     }
-    with scratch_postgres(args.database_url) as url:
+    with scratch_postgres(args.database_url, "om_bench") as url:
         report["postgres"] = {
             "settings": postgres_settings(url),
             "baseline_plain_insert": baseline_inserts(url, 16, seconds),

@@ -34,15 +34,15 @@ from om_core.domain.envelope import TaskRequest
 from om_core.domain.policy import resolve_limits
 from om_core.settings import ServerSettings
 from om_workers.app import create_app
-from om_workers.harness import filler_message as message
-from om_workers.harness import memory_profile, process_env, scratch_postgres, wait_for, worker_process
 from om_workers.relay import relay_outbox
 from om_workers.settings import WorkerSettings
 from om_workers.tasks import build_worker_deps
+from testing.conversations import filler_message as message
+from testing.conversations import memory_profile
+from testing.postgres import scratch_postgres
+from testing.processes import process_env, wait_for, worker_process
+from testing.store import engine_of
 
-ADMIN_URL = os.environ.get(
-    "OM_TEST_ADMIN_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
 REDIS_URL = os.environ.get("OM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
 TENANT = "bench"
 
@@ -78,8 +78,7 @@ class Setup:
         raise RuntimeError("no buffer requested")
 
     def completed(self, threads: list[str]) -> int:
-        store = self.deps.store
-        engine = getattr(store, "inner", store).engine
+        engine = engine_of(self.deps)
         with engine.connect() as conn:
             return int(
                 conn.scalar(
@@ -151,11 +150,11 @@ def throughput(setup: Setup, streams: int, processes: int) -> dict[str, float]:
 
     try:
         warm = held_requests(processes * 2, "w")
-        relay_outbox(app, setup.deps.store, older_than_seconds=0)
+        relay_outbox(app, setup.deps.outbox, older_than_seconds=0)
         wait_for(lambda: setup.completed(warm) == len(warm), 120, 0.05)
         threads = held_requests(streams, "m")
         released = time.monotonic()
-        relay_outbox(app, setup.deps.store, older_than_seconds=0)
+        relay_outbox(app, setup.deps.outbox, older_than_seconds=0)
         # one cheap query per poll: the benchmark must not steal the CPU the workers are measured on
         wait_for(lambda: setup.completed(threads) == len(threads), 300, 0.05)
         elapsed = time.monotonic() - released
@@ -184,7 +183,7 @@ def read_waits(setup: Setup, seconds: float) -> dict[str, float]:
         index = 0
         while time.monotonic() < stop_at:
             append_messages(setup.deps, tenant=TENANT, thread_id=thread, messages=[message(thread, index)])
-            state = load_state(setup.deps.store, stream)
+            state = load_state(setup.deps.records, setup.deps.store, stream)
             limits = resolve_limits(record_config(setup.deps.profile, state), state)
             assert limits.block_after is not None
             started = time.monotonic()
@@ -225,7 +224,7 @@ def main() -> None:
     parser.add_argument("--read-seconds", type=float, default=25)
     args = parser.parse_args()
     redis.Redis.from_url(REDIS_URL).flushdb()
-    with tempfile.TemporaryDirectory() as tmp, scratch_postgres(ADMIN_URL, prefix="om_bench") as url:
+    with tempfile.TemporaryDirectory() as tmp, scratch_postgres(prefix="om_bench") as url:
         fast = Setup(url, Path(tmp), 0)
         slow_tp = Setup(url, Path(tmp), args.latency_ms)
         slow_reads = Setup(url, Path(tmp), 2000)

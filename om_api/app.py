@@ -19,7 +19,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from om_api import errors
 from om_api.auth import KeyRing
 from om_api.errors import ApiError, error_body
-from om_api.queries import engine_of
 from om_api.rate_limit import TenantRateLimiter
 from om_api.routes import system, threads
 from om_core.application.deps import Deps
@@ -192,11 +191,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.deps = deps
-    try:
-        engine = engine_of(deps.store)
-    except RuntimeError:
-        engine = None
-    app.state.keyring = KeyRing(settings.api_keys, engine)
+    app.state.keyring = KeyRing(settings.api_keys, deps.keys)
     app.state.rate_limiter = (
         TenantRateLimiter(settings.rate_limit, settings.rate_limit_burst) if settings.rate_limit > 0 else None
     )

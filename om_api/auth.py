@@ -17,13 +17,11 @@ import time
 from collections.abc import Mapping
 from typing import Annotated
 
-import sqlalchemy as sa
 from fastapi import Depends, Request
-from sqlalchemy.engine import Engine
 
 from om_api.errors import ApiError
 from om_api.rate_limit import TenantRateLimiter
-from om_core.adapters.store.schema import api_keys
+from om_core.application.ports import ApiKeys
 
 KEY_PREFIX = "om_"
 DEV_TENANT = "default"
@@ -45,22 +43,21 @@ def valid_tenant(tenant: str) -> bool:
     return re.fullmatch(_TENANT_PATTERN, tenant) is not None
 
 
-def create_key(engine: Engine, tenant: str, label: str | None = None) -> str:
+def create_key(keys: ApiKeys, tenant: str, label: str | None = None) -> str:
     """Store a new key for ``tenant`` and return it; it is shown once and never stored in clear."""
     if not valid_tenant(tenant):
         raise ValueError(f"tenant {tenant!r} must match {_TENANT_PATTERN}")
     key = new_key()
-    with engine.begin() as conn:
-        conn.execute(sa.insert(api_keys).values(key_hash=hash_key(key), tenant=tenant, label=label))
+    keys.add_key(hash_key(key), tenant, label)
     return key
 
 
 class KeyRing:
     """Resolves a presented key to its tenant."""
 
-    def __init__(self, env_keys: Mapping[str, str], engine: Engine | None) -> None:
+    def __init__(self, env_keys: Mapping[str, str], stored: ApiKeys) -> None:
         self._env = {hash_key(k): t for k, t in env_keys.items()}
-        self._engine = engine
+        self._stored = stored
         self._cache: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
 
@@ -77,15 +74,12 @@ class KeyRing:
             cached = self._cache.get(digest)
         if cached is not None and cached[1] > now:
             return cached[0]
-        if self._engine is None:
-            return None
-        with self._engine.connect() as conn:
-            stored = conn.scalar(sa.select(api_keys.c.tenant).where(api_keys.c.key_hash == digest))
+        stored = self._stored.tenant_of_key(digest)
         if stored is None:
             return None
         with self._lock:
-            self._cache[digest] = (str(stored), now + _CACHE_SECONDS)
-        return str(stored)
+            self._cache[digest] = (stored, now + _CACHE_SECONDS)
+        return stored
 
 
 def _unauthorized(message: str) -> ApiError:

@@ -177,11 +177,11 @@ def projections_rebuild(
     prefix: Annotated[str, typer.Option(help="Only streams whose id starts with this.")] = "",
 ) -> None:
     """Rebuild every stream's projection from its events; with --verify, prove the stored one is identical."""
-    from om_core.adapters.store.sql_store import create_event_store
+    from om_core.adapters.store import create_event_store
     from om_core.application.projections import rebuild_projections
 
     store = create_event_store(_database(database_url))
-    report = rebuild_projections(store, verify_only=verify, prefix=prefix)
+    report = rebuild_projections(store, store, verify_only=verify, prefix=prefix)
     typer.echo(json.dumps(report.as_dict(), indent=2))
     if verify and report.mismatched:
         raise typer.Exit(1)
@@ -219,7 +219,7 @@ def replay(
     database_url: Annotated[str | None, typer.Option(envvar="OM_DATABASE_URL")] = None,
 ) -> None:
     """Print the context window a fresh fold of the thread's events gives (at version N with --to)."""
-    from om_core.adapters.store.sql_store import create_event_store
+    from om_core.adapters.store import create_event_store
     from om_core.application.projections import replay_context
 
     settings = _settings()

@@ -124,7 +124,7 @@ def keys_create(
 ) -> None:
     """Create an API key for TENANT; the key is printed once and stored only as a hash."""
     from om_api.auth import create_key, valid_tenant
-    from om_core.adapters.store.sql_store import create_event_store
+    from om_core.adapters.store import create_event_store
     from om_core.bootstrap import prepare_database
 
     if not valid_tenant(tenant):
@@ -134,7 +134,7 @@ def keys_create(
     prepare_database(url)
     store = create_event_store(url)
     try:
-        key = create_key(store.engine, tenant, label)
+        key = create_key(store, tenant, label)
     finally:
         store.close()
     typer.echo(key)
@@ -149,7 +149,7 @@ def simulate(
     database_url: Annotated[str | None, typer.Option(envvar="OM_DATABASE_URL")] = None,
 ) -> None:
     """Re-run memory over a recorded thread with another configuration, in a scratch store, and compare."""
-    from om_core.adapters.store.sql_store import create_event_store
+    from om_core.adapters.store import create_event_store
     from om_core.application.simulate import simulate_thread
     from om_core.bootstrap import build_inline, prepare_database
     from om_core.settings import read_profile
@@ -166,6 +166,7 @@ def simulate(
         scratch.sync_wait_seconds = 0.0
         try:
             report = simulate_thread(
+                source,
                 source,
                 scratch,
                 tenant=tenant,

@@ -18,11 +18,22 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from om_core.application.context import ObservationFailedError
+from om_core.application.history import GenerationNotFoundError, UnknownEventTypeError
 from om_core.application.ports import (
     MessageConflictError,
     ModelConfigurationError,
     ModelError,
     StoreUnavailableError,
+)
+from om_core.application.recall import (
+    CharOffsetOutOfRangeError,
+    CursorIsRangeError,
+    CursorNotFoundError,
+    CursorRequiredError,
+    PartIndexOutOfRangeError,
+    QueryRequiredError,
+    RecallError,
+    ThreadScopeError,
 )
 from om_core.application.streams import RecordNotFoundError, ResourceRequiredError
 from om_core.domain.config import ConfigError
@@ -43,6 +54,18 @@ _STATUS_CODES = {
     422: "validation_error",
     429: "too_many_requests",
     503: "unavailable",
+}
+
+
+# what the recall tool refuses, as the status and code it answers with (the error gives message and details)
+_RECALL_ERRORS: dict[type[RecallError], tuple[int, str]] = {
+    CursorIsRangeError: (400, "cursor_is_range"),
+    ThreadScopeError: (400, "thread_scope"),
+    CursorNotFoundError: (404, "cursor_not_found"),
+    CursorRequiredError: (422, "cursor_required"),
+    PartIndexOutOfRangeError: (422, "part_index_out_of_range"),
+    CharOffsetOutOfRangeError: (422, "char_offset_out_of_range"),
+    QueryRequiredError: (422, "query_required"),
 }
 
 
@@ -75,11 +98,6 @@ def error_response(
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     return JSONResponse(error_body(code, message, details), status_code=status, headers=headers)
-
-
-def not_found(thread_id: str) -> ApiError:
-    # the same answer whether the thread never existed, was erased, or belongs to another tenant
-    return ApiError(404, "thread_not_found", f"no thread {thread_id!r}", {"thread_id": thread_id})
 
 
 def _jsonable(value: Any) -> Any:
@@ -232,8 +250,23 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RecordNotFoundError)
     async def _missing(_: Request, error: RecordNotFoundError) -> JSONResponse:
+        # the same answer whether the thread never existed, was erased, or belongs to another tenant
         thread = error.stream_id.split("/", 2)[-1]
         return error_response(404, "thread_not_found", f"no thread {thread!r}", {"thread_id": thread})
+
+    @app.exception_handler(RecallError)
+    async def _recall(_: Request, error: RecallError) -> JSONResponse:
+        status, code = _RECALL_ERRORS[type(error)]
+        return error_response(status, code, str(error), error.details)
+
+    @app.exception_handler(UnknownEventTypeError)
+    async def _unknown_event_type(_: Request, error: UnknownEventTypeError) -> JSONResponse:
+        details = {"unknown": error.unknown, "known": error.known}
+        return error_response(422, "unknown_event_type", str(error), details)
+
+    @app.exception_handler(GenerationNotFoundError)
+    async def _generation_not_found(_: Request, error: GenerationNotFoundError) -> JSONResponse:
+        return error_response(404, "generation_not_found", str(error))
 
     @app.exception_handler(ObservationFailedError)
     async def _observation_failed(_: Request, error: ObservationFailedError) -> JSONResponse:

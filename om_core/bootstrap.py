@@ -8,8 +8,8 @@ from typing import Any
 from om_core.adapters.inline_dispatcher import InlineDispatcher
 from om_core.adapters.models.litellm_gateway import LiteLLMGateway, RetryPolicy
 from om_core.adapters.models.model_ids import KEYLESS_MODEL, check_model_credentials, missing_api_key
+from om_core.adapters.store import create_event_store
 from om_core.adapters.store.migrations import alembic_config, current_revision, upgrade_to_head
-from om_core.adapters.store.sql_store import create_event_store
 from om_core.application.deps import Deps
 from om_core.application.ports import ModelGateway, WorkDispatcher
 from om_core.application.state_cache import DEFAULT_CAPACITY, StateCache
@@ -69,14 +69,23 @@ def build_deps(
         models = model_gateway_for(profile)
     if migrate:
         upgrade_to_head(database_url)
+    store = create_event_store(database_url)
     return Deps(
-        store=create_event_store(database_url),
+        # one SQL adapter plays every role of the store
+        store=store,
+        records=store,
+        messages=store,
+        outbox=store,
+        index=store,
+        locks=store,
+        keys=store,
         models=models,
         dispatcher=dispatcher,
         profile=dict(profile or {}),
         max_message_bytes=max_message_bytes,
         sync_wait_seconds=sync_wait_seconds,
         states=StateCache(state_cache_size),
+        close=store.close,
     )
 
 

@@ -1,63 +1,28 @@
 """What beat's periodic tasks do: the outbox relay, the idle-TTL sweep and stuck-cycle recovery.
 
-Every scan runs under a Postgres advisory lock taken with ``pg_try_advisory_lock``: if two beats were ever
-started, or a scan outlives its interval, the second scanner skips instead of doing the work twice.
+Every scan runs under a scan lock (``deps.locks``; on Postgres an advisory lock every process sees): if two
+beats were ever started, or a scan outlives its interval, the second scanner skips instead of doing the work
+twice.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 import sqlalchemy as sa
 
-from om_core.adapters.store.sql_store import SqlEventStore
 from om_core.application.deps import Deps
 from om_core.application.maintenance import recover_stuck_cycles, sweep_idle
-from om_core.application.ports import EventStore, StoreUnavailableError
+from om_core.application.ports import StoreUnavailableError
 from om_workers import metrics
 
 log = logging.getLogger(__name__)
 
-# Advisory lock keys: arbitrary constants, unique to om ("om" in ASCII, then the scan number).
+# Scan lock keys: arbitrary constants, unique to om ("om" in ASCII, then the scan number).
 LOCK_RELAY = 0x6F6D_0001
 LOCK_SWEEP = 0x6F6D_0002
-_LOCAL_LOCKS: dict[int, threading.Lock] = {LOCK_RELAY: threading.Lock(), LOCK_SWEEP: threading.Lock()}
-
-
-def _sql_store(store: EventStore) -> SqlEventStore | None:
-    inner = getattr(store, "inner", store)
-    return inner if isinstance(inner, SqlEventStore) else None
-
-
-@contextmanager
-def scan_lock(store: EventStore, key: int) -> Iterator[bool]:
-    """Yields whether this process holds the scan's lock; never waits for it."""
-    sql = _sql_store(store)
-    if sql is None or sql.engine.dialect.name != "postgresql":
-        # embedded SQLite: one process, so a process-wide lock is the whole story
-        lock = _LOCAL_LOCKS[key]
-        got = lock.acquire(blocking=False)
-        try:
-            yield got
-        finally:
-            if got:
-                lock.release()
-        return
-    # a session-level lock lives as long as this connection holds it, across the scan's own transactions
-    with sql.engine.connect() as conn:
-        got = bool(conn.scalar(sa.text("SELECT pg_try_advisory_lock(:key)"), {"key": key}))
-        conn.commit()
-        try:
-            yield got
-        finally:
-            if got:
-                conn.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
-                conn.commit()
 
 
 @dataclass
@@ -72,13 +37,13 @@ class SweepReport:
 def sweep(deps: Deps, *, stuck_after: timedelta, page: int = 500) -> SweepReport:
     """Idle-TTL sweep and stuck-cycle recovery over every record with pending work."""
     report = SweepReport()
-    with scan_lock(deps.store, LOCK_SWEEP) as locked:
+    with deps.locks.try_lock(LOCK_SWEEP) as locked:
         if not locked:
             metrics.MAINTENANCE.labels(scan="sweep", result="skipped").inc()
             return SweepReport(locked=False)
         after = ""
         while True:
-            streams = deps.store.list_streams_with_pending_work(after=after, limit=page)
+            streams = deps.records.list_streams_with_pending_work(after=after, limit=page)
             for stream_id in streams:
                 report.scanned += 1
                 try:

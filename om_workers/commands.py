@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from om_workers.names import ALL_QUEUES
+
 if TYPE_CHECKING:
     from celery import Celery
 
     from om_core.settings import ServerSettings
 
-DEFAULT_QUEUES = "om.sync,om.buffer,om.maintenance"
+DEFAULT_QUEUES = ",".join(ALL_QUEUES)
 
 
 def _loopback(address: str) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 from celery import Celery
 
-from om_core.application.ports import EventStore, WorkDispatcher
+from om_core.application.ports import Outbox, WorkDispatcher
 from om_core.domain.envelope import JSONDict, TaskRequest
 from om_workers import metrics
 
@@ -39,12 +39,12 @@ class CeleryDispatcher(WorkDispatcher):
 
     runs_inline = False
 
-    def __init__(self, app: Celery, store: EventStore | None = None) -> None:
+    def __init__(self, app: Celery, outbox: Outbox | None = None) -> None:
         self.app = app
-        self._store = store
+        self._outbox = outbox
 
-    def bind(self, store: EventStore) -> None:
-        self._store = store
+    def bind(self, outbox: Outbox) -> None:
+        self._outbox = outbox
 
     def dispatch(self, tasks: Sequence[TaskRequest]) -> None:
         published: list[str] = []
@@ -57,11 +57,11 @@ class CeleryDispatcher(WorkDispatcher):
                 log.warning("broker refused %s (%s); the outbox relay will publish it", task.key, error)
                 break
             published.append(task.key)
-        if not published or self._store is None:
+        if not published or self._outbox is None:
             return
         metrics.OUTBOX_PUBLISHED.labels(via="dispatch").inc(len(published))
         try:
-            self._store.mark_keys_published(published)
+            self._outbox.mark_keys_published(published)
         except Exception as error:
             # the relay will publish these again; a duplicate delivery is a no-op by (stream, cycle)
             log.warning("could not mark %d outbox row(s) published: %s", len(published), error)

@@ -91,9 +91,6 @@ def build_embedded(
 
     def stop() -> None:
         stop_worker()
-        inner = getattr(deps.store, "inner", deps.store)
-        close = getattr(inner, "close", None)
-        if callable(close):
-            close()
+        deps.close()
 
     return deps, stop

@@ -11,8 +11,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -34,20 +33,9 @@ from om_core.application.ports import (
     ModelGateway,
     ModelRequest,
     ModelResponse,
-    OutboxTask,
 )
 from om_core.application.repository import REPLAY_LISTENERS
-from om_core.domain.envelope import (
-    AppendResult,
-    IndexedGroup,
-    NewEvent,
-    RecordedEvent,
-    StateSnapshot,
-    StoredMessage,
-    StoredMessageRef,
-    StoredSnapshot,
-    TaskRequest,
-)
+from om_core.domain.envelope import AppendResult, NewEvent, RecordedEvent, StateSnapshot, TaskRequest
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 
@@ -145,10 +133,14 @@ class MeteredModelGateway(ModelGateway):
 
 
 class MeteredEventStore(EventStore):
-    """Counts and times appends; every other call goes straight to the wrapped store."""
+    """Counts and times appends; every other call of the event store goes straight to the wrapped one.
+
+    It wraps the event store role only: the record, message, outbox and index roles are not metered, and a
+    runtime hands them out unwrapped (see ``Deps``).
+    """
 
     def __init__(self, inner: EventStore) -> None:
-        self.inner = inner
+        self._inner = inner
 
     def append(
         self,
@@ -162,7 +154,7 @@ class MeteredEventStore(EventStore):
     ) -> AppendResult:
         started = time.perf_counter()
         try:
-            result = self.inner.append(
+            result = self._inner.append(
                 stream_id,
                 events,
                 expected_version,
@@ -187,64 +179,19 @@ class MeteredEventStore(EventStore):
     def read_stream(
         self, stream_id: str, after_version: int = 0, limit: int | None = None
     ) -> list[RecordedEvent]:
-        return self.inner.read_stream(stream_id, after_version, limit)
+        return self._inner.read_stream(stream_id, after_version, limit)
 
     def read_all(self, after_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
-        return self.inner.read_all(after_position, limit)
+        return self._inner.read_all(after_position, limit)
 
     def stream_version(self, stream_id: str) -> int:
-        return self.inner.stream_version(stream_id)
-
-    def load_snapshot(self, stream_id: str, *, known_position: int | None = None) -> StoredSnapshot | None:
-        return self.inner.load_snapshot(stream_id, known_position=known_position)
-
-    def find_messages(self, stream_id: str, message_ids: Iterable[str]) -> dict[str, StoredMessageRef]:
-        return self.inner.find_messages(stream_id, message_ids)
+        return self._inner.stream_version(stream_id)
 
     def find_event(self, event_id: uuid.UUID) -> RecordedEvent | None:
-        return self.inner.find_event(event_id)
-
-    def delete_stream(self, stream_id: str) -> int:
-        return self.inner.delete_stream(stream_id)
-
-    def read_messages(
-        self,
-        stream_id: str,
-        *,
-        thread_id: str | None = None,
-        cursor: tuple[datetime, str] | None = None,
-        backward: bool = False,
-        limit: int = 50,
-    ) -> list[StoredMessage]:
-        return self.inner.read_messages(
-            stream_id, thread_id=thread_id, cursor=cursor, backward=backward, limit=limit
-        )
+        return self._inner.find_event(event_id)
 
     def list_stream_ids(self, prefix: str = "", *, after: str = "", limit: int = 1000) -> list[str]:
-        return self.inner.list_stream_ids(prefix, after=after, limit=limit)
+        return self._inner.list_stream_ids(prefix, after=after, limit=limit)
 
-    def iter_streams(self, prefix: str = "") -> Iterator[str]:
-        return self.inner.iter_streams(prefix)
-
-    def replace_snapshot(self, stream_id: str, snapshot: StateSnapshot, version: int) -> None:
-        self.inner.replace_snapshot(stream_id, snapshot, version)
-
-    def fetch_unpublished_tasks(self, limit: int = 100, older_than_seconds: float = 0.0) -> list[OutboxTask]:
-        return self.inner.fetch_unpublished_tasks(limit, older_than_seconds)
-
-    def mark_tasks_published(self, ids: Sequence[int]) -> int:
-        return self.inner.mark_tasks_published(ids)
-
-    def mark_keys_published(self, keys: Sequence[str]) -> int:
-        return self.inner.mark_keys_published(keys)
-
-    def list_streams_with_pending_work(self, *, after: str = "", limit: int = 500) -> list[str]:
-        return self.inner.list_streams_with_pending_work(after=after, limit=limit)
-
-    def upsert_indexed_groups(self, groups: Sequence[IndexedGroup], *, source_event_id: uuid.UUID) -> int:
-        return self.inner.upsert_indexed_groups(groups, source_event_id=source_event_id)
-
-    def load_indexed_groups(
-        self, tenant: str, *, stream_ids: Sequence[str] = (), resource_id: str | None = None
-    ) -> list[IndexedGroup]:
-        return self.inner.load_indexed_groups(tenant, stream_ids=stream_ids, resource_id=resource_id)
+    def delete_stream(self, stream_id: str) -> int:
+        return self._inner.delete_stream(stream_id)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from celery import Celery
 
-from om_core.application.ports import EventStore
+from om_core.application.ports import Outbox
 from om_workers import metrics
 from om_workers.dispatcher import publish
 
@@ -27,7 +27,7 @@ class RelayReport:
 
 
 def relay_outbox(
-    app: Celery, store: EventStore, *, older_than_seconds: float, batch: int = 500, max_batches: int = 20
+    app: Celery, outbox: Outbox, *, older_than_seconds: float, batch: int = 500, max_batches: int = 20
 ) -> RelayReport:
     """Publish outbox rows unpublished for at least ``older_than_seconds``, oldest first.
 
@@ -36,7 +36,7 @@ def relay_outbox(
     """
     found = published = failed = 0
     for _ in range(max_batches):
-        rows = store.fetch_unpublished_tasks(limit=batch, older_than_seconds=older_than_seconds)
+        rows = outbox.fetch_unpublished_tasks(limit=batch, older_than_seconds=older_than_seconds)
         found += len(rows)
         done: list[int] = []
         for row in rows:
@@ -49,10 +49,10 @@ def relay_outbox(
                 break
             done.append(row.id)
         if done:
-            store.mark_tasks_published(done)
+            outbox.mark_tasks_published(done)
             metrics.OUTBOX_PUBLISHED.labels(via="relay").inc(len(done))
             published += len(done)
         if failed or len(rows) < batch:
             break
-    metrics.OUTBOX_DEPTH.set(len(store.fetch_unpublished_tasks(limit=10_000)))
+    metrics.OUTBOX_DEPTH.set(len(outbox.fetch_unpublished_tasks(limit=10_000)))
     return RelayReport(found=found, published=published, failed=failed)

@@ -29,7 +29,7 @@ from om_core.application.task_requests import (
 from om_core.application.work import run_task
 from om_core.settings import ServerSettings
 from om_workers import metrics
-from om_workers.beat import LOCK_RELAY, scan_lock, sweep
+from om_workers.beat import LOCK_RELAY, sweep
 from om_workers.dispatcher import CeleryDispatcher
 from om_workers.names import TASK_RELAY_OUTBOX, TASK_SWEEP
 from om_workers.relay import relay_outbox
@@ -89,7 +89,7 @@ def build_worker_deps(app: Celery, settings: ServerSettings, *, migrate: bool = 
     )
     deps.store = metrics.MeteredEventStore(deps.store)
     metrics.watch_state_replays()
-    dispatcher.bind(deps.store)
+    dispatcher.bind(deps.outbox)
     return deps
 
 
@@ -182,11 +182,11 @@ def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
     def relay() -> dict[str, int]:
         try:
             deps = runtime.deps()
-            with scan_lock(deps.store, LOCK_RELAY) as locked:
+            with deps.locks.try_lock(LOCK_RELAY) as locked:
                 if not locked:
                     metrics.MAINTENANCE.labels(scan="relay", result="skipped").inc()
                     return {"skipped": 1}
-                report = relay_outbox(app, deps.store, older_than_seconds=worker.republish_after)
+                report = relay_outbox(app, deps.outbox, older_than_seconds=worker.republish_after)
         except RETRYABLE as error:
             return _store_unavailable("relay", error)
         metrics.MAINTENANCE.labels(scan="relay", result="ok").inc()

@@ -22,7 +22,6 @@ from rich.table import Table
 from rich.text import Text
 
 from om_api.demo.conversation import FACTS, synthetic_conversation
-from om_api.queries import engine_of
 from om_core.adapters.inline_dispatcher import InlineDispatcher
 from om_core.application.append import append_messages, configure_thread
 from om_core.application.configuration import counter_for, record_config
@@ -100,7 +99,7 @@ def run_demo(
         try:
             return _converse(deps, dispatcher, turns=turns, seed=seed, as_json=as_json, console=console)
         finally:
-            engine_of(deps.store).dispose()
+            deps.close()
 
 
 @contextmanager
@@ -156,7 +155,7 @@ def _converse(
         dispatcher.close()
     if live is None and not as_json:
         console.print(_render(deps, stream_id, turns, turns, feed))
-    state = load_state(deps.store, stream_id, deps.states)
+    state = load_state(deps.records, deps.store, stream_id, deps.states)
     config = record_config(deps.profile, state)
     limits = resolve_limits(config, state)
     text = context_text(final).lower()
@@ -225,7 +224,7 @@ def _bar(value: int, limit: int, marker: int | None, width: int = 40) -> Text:
 
 
 def _render(deps: Any, stream_id: str, turn: int, turns: int, feed: list[str]) -> Panel:
-    state = load_state(deps.store, stream_id, deps.states)
+    state = load_state(deps.records, deps.store, stream_id, deps.states)
     limits = resolve_limits(record_config(deps.profile, state), state)
     table = Table.grid(padding=(0, 1))
     table.add_row("messages", _bar(state.pending_tokens, limits.message_threshold, limits.block_after))

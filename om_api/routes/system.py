@@ -8,13 +8,13 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from om_api import queries
 from om_api.auth import Tenant
 from om_api.deps import DepsDep, SettingsDep
-from om_api.recall import tool_schema
-from om_api.routes.threads import _ERRORS
+from om_api.routes.threads import _ERRORS, threads_json
 from om_api.schemas import ID_PATTERN, ThreadsOut
 from om_api.ui import PAGE
+from om_core.application.recall import tool_schema
+from om_core.application.threads import threads_of
 
 router = APIRouter()
 
@@ -82,8 +82,7 @@ def resource_threads(
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
 ) -> dict[str, Any]:
-    rows = queries.list_threads(deps.store, tenant, resource_id=resource_id, limit=limit, offset=offset)
-    return {"threads": [r.as_json() for r in rows]}
+    return threads_json(threads_of(deps, tenant=tenant, resource_id=resource_id, limit=limit, offset=offset))
 
 
 @router.get("/ui", tags=["ui"], summary="the web page", response_class=HTMLResponse, include_in_schema=False)

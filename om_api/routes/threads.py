@@ -12,13 +12,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from om_api import queries
 from om_api.auth import Tenant
 from om_api.deps import DepsDep
 from om_api.encoding import json_response
-from om_api.errors import ApiError, not_found
+from om_api.errors import ApiError
 from om_api.formats import openai_messages
-from om_api.recall import RecallQuery, SemanticSearch, recall
 from om_api.schemas import (
     ID_PATTERN,
     AppendOut,
@@ -37,24 +35,23 @@ from om_api.schemas import (
 )
 from om_api.sse import event_stream
 from om_core.application.append import append_messages, configure_thread
-from om_core.application.configuration import counter_for, record_config
 from om_core.application.context import read_context
 from om_core.application.deps import Deps
 from om_core.application.erase import erase_thread
+from om_core.application.history import observation_log, read_events
 from om_core.application.manual import observe_now, reflect_now
-from om_core.application.repository import load_state, replay_state
-from om_core.application.streams import (
-    RecordNotFoundError,
-    ResourceRequiredError,
-    record_stream_for,
-    thread_stream_id,
+from om_core.application.parts import append_parts, parts_since, status_of
+from om_core.application.ports import ThreadRow
+from om_core.application.recall import RecallQuery, recall
+from om_core.application.threads import (
+    ThreadView,
+    describe_thread,
+    record_head,
+    record_state,
+    record_status,
+    threads_of,
 )
-from om_core.application.vector_index import GroupHit, search_observations, vector_index_enabled
 from om_core.bootstrap import check_thread_models
-from om_core.domain.context import build_status, om_metadata
-from om_core.domain.events import EVENT_CLASSES, DomainEvent, from_recorded
-from om_core.domain.parts import event_parts, parts_for_events, status_part
-from om_core.domain.state import RecordState
 
 router = APIRouter(prefix="/v1/threads", tags=["threads"])
 
@@ -73,76 +70,37 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _existing(deps: Deps, tenant: str, thread_id: str) -> RecordState:
-    state = load_state(deps.store, thread_stream_id(tenant, thread_id), deps.states)
-    if state.version == 0:
-        raise not_found(thread_id)
-    return state
-
-
-def _thread_json(state: RecordState, thread_id: str, deps: Deps | None = None) -> dict[str, Any]:
-    metadata = dict(state.thread_metadata)
-    if deps is not None:
-        om = om_metadata(state, record_config(deps.profile, state))
-        if om:
-            mastra = metadata.get("mastra")
-            metadata["mastra"] = {**(mastra if isinstance(mastra, dict) else {}), "om": om}
+def _thread_json(view: ThreadView) -> dict[str, Any]:
     return {
-        "thread_id": state.thread_id or thread_id,
-        "resource_id": state.resource_id,
-        "title": state.title,
-        "metadata": metadata,
-        "config": state.config_overrides,
-        "version": state.version,
+        "thread_id": view.thread_id,
+        "resource_id": view.resource_id,
+        "title": view.title,
+        "metadata": view.metadata,
+        "config": view.config,
+        "version": view.version,
     }
 
 
-def _emitted(
-    deps: Deps, events: list[DomainEvent], after: RecordState, prior: tuple[int, RecordState] | None
-) -> list[dict[str, Any]]:
-    """The lifecycle parts of events a request just committed (status parts are added by the caller).
-
-    Parts that describe an event relative to the state before it (activations, results) start from the
-    state the use case kept just before the first such event, so no request replays the stream.
-    """
-    if not events:
-        return []
-    config = record_config(deps.profile, after)
-    cut = prior[0] if prior is not None else len(events)
-    parts = [p for e in events[:cut] for p in event_parts(e, None, after, config)]
-    if prior is not None:
-        parts.extend(
-            p
-            for _, batch in parts_for_events(prior[1], events[cut:], config, status_after_each=False)
-            for p in batch
-        )
-    return parts
-
-
-def _parts_since(deps: Deps, before: RecordState, stream_id: str, version: int) -> list[dict[str, Any]]:
-    """The parts of what was committed after ``before`` up to ``version``, folded forward from it."""
-    if version <= before.version:
-        return []
-    recorded = deps.store.read_stream(stream_id, after_version=before.version, limit=version - before.version)
-    config = record_config(deps.profile, before)
-    events = [from_recorded(r) for r in recorded]
-    return [
-        p for _, batch in parts_for_events(before, events, config, status_after_each=False) for p in batch
-    ]
-
-
-def _record_state(deps: Deps, tenant: str, thread_id: str) -> RecordState:
-    state = load_state(deps.store, _record_stream(deps, tenant, thread_id), deps.states)
-    if state.version == 0:
-        raise not_found(thread_id)
-    return state
+def threads_json(rows: list[ThreadRow]) -> dict[str, Any]:
+    return {
+        "threads": [
+            {
+                "thread_id": r.thread_id,
+                "resource_id": r.resource_id,
+                "title": r.title,
+                "metadata": r.metadata,
+                "config": r.config,
+                "version": r.version,
+                "updated_at": r.updated_at.isoformat() if r.updated_at else None,
+            }
+            for r in rows
+        ]
+    }
 
 
 def _within_stream(deps: Deps, tenant: str, thread_id: str, at_version: int) -> None:
     """A version past the stream's head is refused: a replay would stop at the head and answer it."""
-    version = deps.store.stream_version(_record_stream(deps, tenant, thread_id))
-    if version == 0:
-        raise not_found(thread_id)
+    version = record_head(deps, tenant=tenant, thread_id=thread_id).version
     if at_version > version:
         raise ApiError(
             422,
@@ -152,14 +110,6 @@ def _within_stream(deps: Deps, tenant: str, thread_id: str, at_version: int) -> 
         )
 
 
-def _record_stream(deps: Deps, tenant: str, thread_id: str) -> str:
-    """The stream holding the thread's record: its own, or its resource's in resource scope."""
-    try:
-        return record_stream_for(deps, tenant, thread_id)
-    except ResourceRequiredError:
-        raise not_found(thread_id) from None
-
-
 @router.get("", response_model=ThreadsOut, responses=_ERRORS, summary="the tenant's threads")
 def list_threads(
     deps: DepsDep,
@@ -167,8 +117,7 @@ def list_threads(
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
 ) -> dict[str, Any]:
-    rows = queries.list_threads(deps.store, tenant, limit=limit, offset=offset)
-    return {"threads": [r.as_json() for r in rows]}
+    return threads_json(threads_of(deps, tenant=tenant, limit=limit, offset=offset))
 
 
 @router.put("/{thread_id}", response_model=Thread, responses=_ERRORS, summary="create or update a thread")
@@ -184,20 +133,17 @@ def put_thread(thread_id: ThreadId, body: ThreadIn, deps: DepsDep, tenant: Tenan
         metadata=body.metadata,
         config=body.config,
     )
-    return _thread_json(state, thread_id)
+    return _thread_json(ThreadView.of(state, thread_id))
 
 
 @router.get("/{thread_id}", response_model=Thread, responses=_ERRORS, summary="a thread")
 def get_thread(thread_id: ThreadId, deps: DepsDep, tenant: Tenant) -> dict[str, Any]:
-    return _thread_json(_existing(deps, tenant, thread_id), thread_id, deps)
+    return _thread_json(describe_thread(deps, tenant=tenant, thread_id=thread_id))
 
 
 @router.delete("/{thread_id}", status_code=204, responses=_ERRORS, summary="erase the thread and its events")
 def delete_thread(thread_id: ThreadId, deps: DepsDep, tenant: Tenant) -> Response:
-    try:
-        erase_thread(deps, tenant=tenant, thread_id=thread_id)
-    except RecordNotFoundError:
-        raise not_found(thread_id) from None
+    erase_thread(deps, tenant=tenant, thread_id=thread_id)
     return Response(status_code=204)
 
 
@@ -206,12 +152,7 @@ def post_messages(thread_id: ThreadId, body: MessagesIn, deps: DepsDep, tenant: 
     outcome = append_messages(
         deps, tenant=tenant, thread_id=thread_id, messages=body.messages, resource_id=body.resource_id
     )
-    state = (
-        outcome.state if outcome.state is not None else load_state(deps.store, outcome.stream_id, deps.states)
-    )
-    config = record_config(deps.profile, state)
-    parts = _emitted(deps, outcome.events, state, outcome.prior)
-    status = status_part(state, config)
+    parts = append_parts(deps, outcome)
     return json_response(
         {
             "thread_id": thread_id,
@@ -220,8 +161,8 @@ def post_messages(thread_id: ThreadId, body: MessagesIn, deps: DepsDep, tenant: 
                 {"message_id": a.message_id, "seq": a.seq, "tokens": a.tokens} for a in outcome.appended
             ],
             "duplicates": outcome.duplicates,
-            "status": status["data"],
-            "parts": [*parts, status],
+            "status": parts[-1]["data"],
+            "parts": parts,
         }
     )
 
@@ -252,7 +193,7 @@ def get_thread_context(
     )
     window, stream_id = read.window, read.stream_id
     # what this read caused (activations, a synchronous cycle)
-    parts = _parts_since(deps, read.found, stream_id, window.version) if read.found is not None else []
+    parts = parts_since(deps, read.found, window.version) if read.found is not None else []
     status = {"type": "data-om-status", "id": f"om-status:{stream_id}", "data": window.status}
     common = {
         "thread_id": thread_id,
@@ -282,8 +223,7 @@ def get_thread_context(
     summary="the data-om-status object",
 )
 def get_status(thread_id: ThreadId, deps: DepsDep, tenant: Tenant) -> dict[str, Any]:
-    state = _record_state(deps, tenant, thread_id)
-    return build_status(state, record_config(deps.profile, state))
+    return record_status(deps, tenant=tenant, thread_id=thread_id)
 
 
 @router.get("/{thread_id}/events", response_model=EventsOut, responses=_ERRORS, summary="replay the stream")
@@ -295,45 +235,24 @@ def get_events(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     types: Annotated[str | None, Query(max_length=2000, description="comma-separated event types")] = None,
 ) -> dict[str, Any]:
-    stream_id = _record_stream(deps, tenant, thread_id)
-    wanted: set[str] | None = None
-    if types:
-        wanted = {t.strip() for t in types.split(",") if t.strip()}
-        unknown = sorted(wanted - set(EVENT_CLASSES))
-        if unknown:
-            raise ApiError(
-                422,
-                "unknown_event_type",
-                f"unknown event type(s): {', '.join(unknown)}",
-                {"unknown": unknown, "known": sorted(EVENT_CLASSES)},
-            )
-    if deps.store.stream_version(stream_id) == 0:
-        raise not_found(thread_id)
-    out: list[dict[str, Any]] = []
-    cursor = after
-    exhausted = False
-    # a type filter may skip most events: keep reading pages until the page is full or the stream ends
-    while len(out) < limit and not exhausted:
-        page = deps.store.read_stream(stream_id, after_version=cursor, limit=limit)
-        exhausted = len(page) < limit
-        for recorded in page:
-            cursor = recorded.stream_version
-            if wanted is None or recorded.event_type in wanted:
-                out.append(
-                    {
-                        "position": recorded.global_position,
-                        "version": recorded.stream_version,
-                        "type": recorded.event_type,
-                        "schema_version": recorded.schema_version,
-                        "data": recorded.data,
-                        "metadata": recorded.metadata,
-                        "time": recorded.recorded_at.isoformat(),
-                    }
-                )
-                if len(out) >= limit:
-                    break
-    more = not exhausted or cursor < deps.store.stream_version(stream_id)
-    return {"thread_id": thread_id, "events": out, "next_after": cursor if more else None}
+    wanted = {t.strip() for t in types.split(",") if t.strip()} if types else None
+    page = read_events(deps, tenant=tenant, thread_id=thread_id, after=after, limit=limit, types=wanted)
+    return {
+        "thread_id": thread_id,
+        "events": [
+            {
+                "position": recorded.global_position,
+                "version": recorded.stream_version,
+                "type": recorded.event_type,
+                "schema_version": recorded.schema_version,
+                "data": recorded.data,
+                "metadata": recorded.metadata,
+                "time": recorded.recorded_at.isoformat(),
+            }
+            for recorded in page.events
+        ],
+        "next_after": page.next_after,
+    }
 
 
 @router.get(
@@ -349,9 +268,7 @@ def stream(
     tenant: Tenant,
     last_event_id: Annotated[str | None, Header(max_length=40)] = None,
 ) -> StreamingResponse:
-    stream_id = _record_stream(deps, tenant, thread_id)
-    if deps.store.stream_version(stream_id) == 0:
-        raise not_found(thread_id)
+    stream_id = record_head(deps, tenant=tenant, thread_id=thread_id).stream_id
     position: int | None = None
     if last_event_id is not None and last_event_id.strip():
         try:
@@ -363,9 +280,8 @@ def stream(
         if position < 0:
             raise ApiError(400, "invalid_last_event_id", "Last-Event-ID must not be negative")
     body = event_stream(
-        deps.store,
+        deps,
         stream_id,
-        dict(deps.profile),
         last_position=position,
         is_disconnected=request.is_disconnected,
         poll_interval=request.app.state.sse_poll_interval,
@@ -396,14 +312,8 @@ def get_observations(
         int | None, Query(ge=0, le=1_000_000, description="an earlier generation's log")
     ] = None,
 ) -> dict[str, Any]:
-    state = _record_state(deps, tenant, thread_id)
-    shown = state
-    if generation is not None and generation != state.generation:
-        if generation > state.generation:
-            raise ApiError(404, "generation_not_found", f"generation {generation} does not exist yet")
-        # a generation's final log is the state just before the reflection that ended it
-        ended_at = state.generations[generation + 1].started_at_version
-        shown = replay_state(deps.store, _record_stream(deps, tenant, thread_id), ended_at - 1)
+    found = observation_log(deps, tenant=tenant, thread_id=thread_id, generation=generation)
+    state, shown = found.current, found.shown
     return {
         "thread_id": thread_id,
         "version": shown.version,
@@ -433,14 +343,12 @@ def get_observations(
 def _cycle(
     deps: Deps, tenant: str, thread_id: str, kind: Literal["observe", "reflect"], wait: bool
 ) -> dict[str, Any]:
-    stream_id = _record_stream(deps, tenant, thread_id)
-    before = _record_state(deps, tenant, thread_id)
+    before = record_state(deps, tenant=tenant, thread_id=thread_id)
     run = observe_now if kind == "observe" else reflect_now
     outcome = run(deps, tenant=tenant, thread_id=thread_id, wait=wait)
     state = outcome.state
-    parts = _parts_since(deps, before, stream_id, state.version)
-    config = record_config(deps.profile, state)
-    status = status_part(state, config)
+    parts = parts_since(deps, before, state.version)
+    status = status_of(deps, state)
     return {
         "thread_id": thread_id,
         "cycle_id": outcome.cycle_id,
@@ -485,9 +393,6 @@ def get_recall(
     before: datetime | None = None,
     after: datetime | None = None,
 ) -> dict[str, Any]:
-    state = _existing(deps, tenant, thread_id)
-    config = record_config(deps.profile, state)
-    counter = counter_for(config)
     q = RecallQuery(
         mode=mode,
         query=query,
@@ -504,23 +409,7 @@ def get_recall(
         before=_utc(before),
         after=_utc(after),
     )
-    semantic: SemanticSearch | None = None
-    if vector_index_enabled(config):
-
-        def semantic(query: str, top_k: int) -> list[GroupHit]:
-            return search_observations(
-                deps, tenant=tenant, thread_id=thread_id, query=query, top_k=top_k, config=config
-            )
-
-    return recall(
-        deps.store,
-        tenant=tenant,
-        thread_id=thread_id,
-        q=q,
-        count=counter.count_text,
-        scope=config.scope,
-        semantic=semantic,
-    )
+    return recall(deps, tenant=tenant, thread_id=thread_id, query=q)
 
 
 def _utc(moment: datetime | None) -> datetime | None:

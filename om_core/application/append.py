@@ -70,7 +70,7 @@ def configure_thread(
     stream_id = thread_stream_id(tenant, thread_id)
 
     def attempt() -> RecordState:
-        state = load_state(deps.store, stream_id, deps.states)
+        state = load_state(deps.records, deps.store, stream_id, deps.states)
         plan = Plan(state)
         plan.add(
             ThreadConfigured(
@@ -120,10 +120,10 @@ def append_messages(
         configure_thread(deps, tenant=tenant, thread_id=thread_id, resource_id=resource_id)
 
     def attempt(careful: bool) -> AppendOutcome:
-        state = load_state(deps.store, stream_id, deps.states)
+        state = load_state(deps.records, deps.store, stream_id, deps.states)
         config = record_config(deps.profile, state)
         counter = counter_for(config)
-        stored = deps.store.find_messages(stream_id, [m.id for m, _ in batch]) if careful else {}
+        stored = deps.messages.find_messages(stream_id, [m.id for m, _ in batch]) if careful else {}
         duplicates: list[str] = []
         fresh: list[tuple[Message, str]] = []
         for message, digest in batch:

@@ -106,7 +106,7 @@ def _settle(
     failed_rounds = 0
     found: RecordState | None = None
     for _ in range(MAX_SYNC_ROUNDS * 4):
-        state = load_state(deps.store, stream_id, deps.states)
+        state = load_state(deps.records, deps.store, stream_id, deps.states)
         if state.version == 0:
             raise RecordNotFoundError(stream_id)
         config = record_config(deps.profile, state)
@@ -135,12 +135,12 @@ def _settle(
         outcome = _await_cycle(deps, stream_id, cycle, task)
         if outcome == WorkOutcome.FAILED:
             failed_rounds += 1
-            state = load_state(deps.store, stream_id, deps.states)
+            state = load_state(deps.records, deps.store, stream_id, deps.states)
             if _over_limit(deps, state):
                 return _apply_failure_policy(deps, state), found
         if failed_rounds >= MAX_SYNC_ROUNDS:
             break
-    final = load_state(deps.store, stream_id, deps.states)
+    final = load_state(deps.records, deps.store, stream_id, deps.states)
     return final, found or final
 
 
@@ -161,8 +161,8 @@ def _await_cycle(deps: Deps, stream_id: str, cycle_id: str, task: str) -> WorkOu
     """
     deadline = time.monotonic() + deps.sync_wait_seconds
     while time.monotonic() < deadline:
-        state = load_state(deps.store, stream_id, deps.states)
-        if not _in_flight(state, cycle_id):
+        state = load_state(deps.records, deps.store, stream_id, deps.states)
+        if state.in_flight(cycle_id) is None:
             return _outcome_of(deps, stream_id, cycle_id)
         if deps.dispatcher.runs_inline:
             break
@@ -171,12 +171,6 @@ def _await_cycle(deps: Deps, stream_id: str, cycle_id: str, task: str) -> WorkOu
     if outcome in (WorkOutcome.DUPLICATE, WorkOutcome.STALE):
         return _outcome_of(deps, stream_id, cycle_id)
     return outcome
-
-
-def _in_flight(state: RecordState, cycle_id: str) -> bool:
-    return (state.sync_in_flight is not None and state.sync_in_flight.cycle_id == cycle_id) or (
-        state.reflection_in_flight is not None and state.reflection_in_flight.cycle_id == cycle_id
-    )
 
 
 def _outcome_of(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
@@ -216,7 +210,7 @@ def _apply_failure_policy(deps: Deps, state: RecordState) -> RecordState:
     try:
         commit(deps, plan)
     except ConcurrencyError:
-        return load_state(deps.store, state.stream_id, deps.states)
+        return load_state(deps.records, deps.store, state.stream_id, deps.states)
     return plan.state
 
 

@@ -25,6 +25,7 @@ from om_core.domain.events import (
     SyncObservationStarted,
     effect_event_id,
 )
+from om_core.domain.state import RecordState
 from om_core.domain.timeutil import format_time
 
 
@@ -38,6 +39,35 @@ def request_event_id(stream_id: str, cycle_id: str) -> uuid.UUID:
     return effect_event_id(stream_id, cycle_id, "requested")
 
 
+def request_cycle(
+    plan: Plan,
+    event: ObservationBufferRequested | SyncObservationStarted | ReflectionRequested,
+    task: str,
+    queue: str,
+) -> None:
+    """Add the event that starts a cycle, under the id its task looks for, and the request for that task."""
+    stream_id = plan.state.stream_id
+    plan.add(event, event_id=request_event_id(stream_id, event.cycle_id))
+    plan.tasks.append(task_request(stream_id, event.cycle_id, task, queue))
+
+
+def activation_event(state: RecordState, decision: policy.ActivateChunks, at: str) -> ChunksActivated:
+    """The event that moves the first ``decision.count`` buffered chunks of ``state`` into the log."""
+    chunks = state.chunks[: decision.count]
+    return ChunksActivated(
+        cycle_ids=[c.cycle_id for c in chunks],
+        through_seq=chunks[-1].to_seq,
+        message_tokens=sum(c.message_tokens for c in chunks),
+        observation_tokens=sum(c.observation_tokens for c in chunks),
+        triggered_by=decision.triggered_by,
+        activated_at=at,
+        last_activity_at=decision.last_activity_at,
+        ttl_expired_ms=decision.ttl_expired_ms,
+        previous_model=decision.previous_model,
+        current_model=decision.current_model,
+    )
+
+
 def plan_decisions(
     plan: Plan,
     config: MemoryConfig,
@@ -47,7 +77,6 @@ def plan_decisions(
     caller_model: str | None = None,
 ) -> Plan:
     """Turn policy decisions into events until the policy is satisfied or needs a model synchronously."""
-    stream_id = plan.state.stream_id
     counter = counter_for(config)
     stamp = format_time(now)
     while plan.sync_cycle is None:
@@ -56,69 +85,43 @@ def plan_decisions(
             break
         state = plan.state
         if isinstance(decision, policy.ActivateChunks):
-            chunks = state.chunks[: decision.count]
-            plan.add(
-                ChunksActivated(
-                    cycle_ids=[c.cycle_id for c in chunks],
-                    through_seq=chunks[-1].to_seq,
-                    message_tokens=sum(c.message_tokens for c in chunks),
-                    observation_tokens=sum(c.observation_tokens for c in chunks),
-                    triggered_by=decision.triggered_by,
-                    activated_at=stamp,
-                    last_activity_at=decision.last_activity_at,
-                    ttl_expired_ms=decision.ttl_expired_ms,
-                    previous_model=decision.previous_model,
-                    current_model=decision.current_model,
-                )
-            )
+            plan.add(activation_event(state, decision, stamp))
         elif isinstance(decision, policy.RequestObservationBuffer):
-            cycle = new_cycle_id("buffer-obs")
-            plan.add(
-                ObservationBufferRequested(
-                    cycle_id=cycle,
-                    from_seq=decision.from_seq,
-                    to_seq=decision.to_seq,
-                    message_tokens=decision.message_tokens,
-                    pending_tokens=decision.pending_tokens,
-                    trigger=decision.trigger,
-                    requested_at=stamp,
-                ),
-                event_id=request_event_id(stream_id, cycle),
+            requested = ObservationBufferRequested(
+                cycle_id=new_cycle_id("buffer-obs"),
+                from_seq=decision.from_seq,
+                to_seq=decision.to_seq,
+                message_tokens=decision.message_tokens,
+                pending_tokens=decision.pending_tokens,
+                trigger=decision.trigger,
+                requested_at=stamp,
             )
-            plan.tasks.append(task_request(stream_id, cycle, TASK_OBSERVE_BUFFER, QUEUE_BUFFER))
+            request_cycle(plan, requested, TASK_OBSERVE_BUFFER, QUEUE_BUFFER)
         elif isinstance(decision, policy.ObserveSynchronously):
-            cycle = new_cycle_id("sync-obs")
-            plan.add(
-                SyncObservationStarted(
-                    cycle_id=cycle,
-                    from_seq=decision.from_seq,
-                    to_seq=decision.to_seq,
-                    message_tokens=decision.message_tokens,
-                    trigger=decision.trigger,
-                    started_at=stamp,
-                ),
-                event_id=request_event_id(stream_id, cycle),
+            started = SyncObservationStarted(
+                cycle_id=new_cycle_id("sync-obs"),
+                from_seq=decision.from_seq,
+                to_seq=decision.to_seq,
+                message_tokens=decision.message_tokens,
+                trigger=decision.trigger,
+                started_at=stamp,
             )
-            plan.tasks.append(task_request(stream_id, cycle, TASK_OBSERVE_SYNC, QUEUE_SYNC))
-            plan.sync_cycle, plan.sync_task = cycle, TASK_OBSERVE_SYNC
+            request_cycle(plan, started, TASK_OBSERVE_SYNC, QUEUE_SYNC)
+            plan.sync_cycle, plan.sync_task = started.cycle_id, TASK_OBSERVE_SYNC
         elif isinstance(decision, policy.RequestReflection):
-            cycle = new_cycle_id("reflect-buf" if decision.mode == "buffered" else "reflect")
-            plan.add(
-                ReflectionRequested(
-                    cycle_id=cycle,
-                    mode=decision.mode,
-                    generation=state.generation,
-                    line_count=decision.line_count,
-                    input_tokens=decision.input_tokens,
-                    target_tokens=decision.target_tokens,
-                    requested_at=stamp,
-                ),
-                event_id=request_event_id(stream_id, cycle),
+            reflection = ReflectionRequested(
+                cycle_id=new_cycle_id("reflect-buf" if decision.mode == "buffered" else "reflect"),
+                mode=decision.mode,
+                generation=state.generation,
+                line_count=decision.line_count,
+                input_tokens=decision.input_tokens,
+                target_tokens=decision.target_tokens,
+                requested_at=stamp,
             )
             queue = QUEUE_SYNC if decision.mode == "sync" else QUEUE_BUFFER
-            plan.tasks.append(task_request(stream_id, cycle, TASK_REFLECT, queue))
+            request_cycle(plan, reflection, TASK_REFLECT, queue)
             if decision.mode == "sync":
-                plan.sync_cycle, plan.sync_task = cycle, TASK_REFLECT
+                plan.sync_cycle, plan.sync_task = reflection.cycle_id, TASK_REFLECT
         else:
             buffered = state.buffered_reflection
             assert buffered is not None  # the policy only activates an existing buffered reflection

@@ -7,7 +7,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from om_core.application.ports import EventStore, ModelGateway, WorkDispatcher
+from om_core.application.ports import (
+    ApiKeys,
+    EventStore,
+    MessageQueries,
+    ModelGateway,
+    Outbox,
+    RecordProjection,
+    ScanLocks,
+    VectorIndex,
+    WorkDispatcher,
+)
 from om_core.application.state_cache import StateCache
 
 
@@ -15,11 +25,26 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def _nothing_to_close() -> None:
+    return None
+
+
 @dataclass
 class Deps:
-    """The adapters a use case runs against. One per runtime, built by om_core.bootstrap."""
+    """The adapters a use case runs against. One per runtime, built by om_core.bootstrap.
+
+    The store's roles are separate attributes, so a use case names the one it uses (``deps.records`` to
+    read a record row, ``deps.outbox`` to mark tasks published); in production one SQL adapter plays them
+    all. ``close`` releases what the runtime opened for them (the database pool).
+    """
 
     store: EventStore
+    records: RecordProjection
+    messages: MessageQueries
+    outbox: Outbox
+    index: VectorIndex
+    locks: ScanLocks
+    keys: ApiKeys
     models: ModelGateway
     dispatcher: WorkDispatcher
     profile: Mapping[str, Any] = field(default_factory=dict)
@@ -27,3 +52,4 @@ class Deps:
     max_message_bytes: int = 1_000_000
     sync_wait_seconds: float = 10.0
     states: StateCache = field(default_factory=StateCache)
+    close: Callable[[], None] = _nothing_to_close

@@ -32,7 +32,7 @@ def sweep_idle(deps: Deps, stream_id: str) -> int:
     """
 
     def attempt() -> int:
-        state = load_state(deps.store, stream_id, deps.states)
+        state = load_state(deps.records, deps.store, stream_id, deps.states)
         if state.version == 0:
             return 0
         config = record_config(deps.profile, state)
@@ -53,7 +53,7 @@ def recover_stuck_cycles(deps: Deps, stream_id: str, older_than: timedelta) -> l
     """
 
     def attempt() -> list[str]:
-        state = load_state(deps.store, stream_id, deps.states)
+        state = load_state(deps.records, deps.store, stream_id, deps.states)
         now = deps.clock()
         stamp = format_time(now)
         limit = now - older_than

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from om_core.application.context import _await_cycle
-from om_core.application.decisions import new_cycle_id, request_event_id
+from om_core.application.decisions import activation_event, new_cycle_id, request_cycle
 from om_core.application.deps import Deps
 from om_core.application.repository import load_state
 from om_core.application.streams import RecordNotFoundError, thread_stream_id
@@ -21,11 +21,11 @@ from om_core.application.task_requests import (
     QUEUE_SYNC,
     TASK_OBSERVE_SYNC,
     TASK_REFLECT,
-    task_request,
 )
 from om_core.application.unit_of_work import Plan, commit, retry_on_conflict
 from om_core.application.work import WorkOutcome
-from om_core.domain.events import ChunksActivated, ReflectionRequested, SyncObservationStarted
+from om_core.domain import policy, thresholds
+from om_core.domain.events import ReflectionRequested, SyncObservationStarted
 from om_core.domain.state import RecordState
 from om_core.domain.timeutil import format_time
 
@@ -44,7 +44,7 @@ def observe_now(deps: Deps, *, tenant: str, thread_id: str, wait: bool = True) -
     stream_id = thread_stream_id(tenant, thread_id)
 
     def attempt() -> tuple[Plan, int, str | None]:
-        state = load_state(deps.store, stream_id, deps.states)
+        state = load_state(deps.records, deps.store, stream_id, deps.states)
         if state.version == 0:
             raise RecordNotFoundError(stream_id)
         if state.sync_in_flight is not None:
@@ -52,33 +52,21 @@ def observe_now(deps: Deps, *, tenant: str, thread_id: str, wait: bool = True) -
         plan = Plan(state)
         stamp = format_time(deps.clock())
         if state.chunks:
-            chunks = state.chunks
-            plan.add(
-                ChunksActivated(
-                    cycle_ids=[c.cycle_id for c in chunks],
-                    through_seq=chunks[-1].to_seq,
-                    message_tokens=sum(c.message_tokens for c in chunks),
-                    observation_tokens=sum(c.observation_tokens for c in chunks),
-                    triggered_by="manual",
-                    activated_at=stamp,
-                )
-            )
+            every_chunk = policy.ActivateChunks(count=len(state.chunks), triggered_by="manual")
+            plan.add(activation_event(state, every_chunk, stamp))
         window = plan.state.window
         cycle = None
         if window:
             cycle = new_cycle_id("sync-obs")
-            plan.add(
-                SyncObservationStarted(
-                    cycle_id=cycle,
-                    from_seq=window[0].seq,
-                    to_seq=window[-1].seq,
-                    message_tokens=sum(m.tokens for m in window),
-                    trigger="manual",
-                    started_at=stamp,
-                ),
-                event_id=request_event_id(stream_id, cycle),
+            started = SyncObservationStarted(
+                cycle_id=cycle,
+                from_seq=window[0].seq,
+                to_seq=window[-1].seq,
+                message_tokens=sum(m.tokens for m in window),
+                trigger="manual",
+                started_at=stamp,
             )
-            plan.tasks.append(task_request(stream_id, cycle, TASK_OBSERVE_SYNC, _queue(wait)))
+            request_cycle(plan, started, TASK_OBSERVE_SYNC, _queue(wait))
         version = commit(deps, plan)
         return plan, version, cycle
 
@@ -90,7 +78,7 @@ def reflect_now(deps: Deps, *, tenant: str, thread_id: str, wait: bool = True) -
     stream_id = thread_stream_id(tenant, thread_id)
 
     def attempt() -> tuple[Plan, int, str | None]:
-        state = load_state(deps.store, stream_id, deps.states)
+        state = load_state(deps.records, deps.store, stream_id, deps.states)
         if state.version == 0:
             raise RecordNotFoundError(stream_id)
         flight = state.reflection_in_flight
@@ -101,20 +89,17 @@ def reflect_now(deps: Deps, *, tenant: str, thread_id: str, wait: bool = True) -
         if not state.log or state.observation_tokens == 0 or state.sync_in_flight is not None:
             return plan, state.version, None
         cycle = new_cycle_id("reflect")
-        plan.add(
-            ReflectionRequested(
-                cycle_id=cycle,
-                mode="sync",
-                generation=state.generation,
-                line_count=len(lines),
-                input_tokens=state.observation_tokens,
-                # a manual reflection condenses: aim below the current size even under the threshold
-                target_tokens=max(1, round(state.observation_tokens * 0.75)),
-                requested_at=format_time(deps.clock()),
-            ),
-            event_id=request_event_id(stream_id, cycle),
+        reflection = ReflectionRequested(
+            cycle_id=cycle,
+            mode="sync",
+            generation=state.generation,
+            line_count=len(lines),
+            input_tokens=state.observation_tokens,
+            # a manual reflection condenses: aim below the current size even under the threshold
+            target_tokens=max(1, thresholds.reflection_compression_target(state.observation_tokens)),
+            requested_at=format_time(deps.clock()),
         )
-        plan.tasks.append(task_request(stream_id, cycle, TASK_REFLECT, _queue(wait)))
+        request_cycle(plan, reflection, TASK_REFLECT, _queue(wait))
         version = commit(deps, plan)
         return plan, version, cycle
 
@@ -135,5 +120,5 @@ def _finish(
     if not wait:
         return ManualOutcome(cycle_id=cycle, outcome="queued", version=version, state=plan.state)
     outcome: WorkOutcome = _await_cycle(deps, stream_id, cycle, task)
-    state = load_state(deps.store, stream_id, deps.states)
+    state = load_state(deps.records, deps.store, stream_id, deps.states)
     return ManualOutcome(cycle_id=cycle, outcome=str(outcome), version=state.version, state=state)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -74,7 +75,11 @@ class DuplicateMessageError(StoreError):
         )
 
 
-# --- store additions for paging, rebuilds and the outbox relay (added with the SQL store) ---------------
+# --- the store, by role --------------------------------------------------------------------------------
+#
+# One SQL adapter plays every role below (om_core/adapters/store), but each use case asks only for the
+# role it uses: ``Deps.store`` is the event store proper, ``Deps.records``, ``.messages``, ``.outbox``,
+# ``.index``, ``.locks`` and ``.keys`` the others (see om_core/bootstrap.py).
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +96,37 @@ class OutboxTask:
     attempts: int
 
 
+@dataclass(frozen=True, slots=True)
+class ThreadRow:
+    """A thread's record as the record projection holds it: what listing threads shows."""
+
+    thread_id: str
+    resource_id: str | None
+    title: str | None
+    metadata: JSONDict
+    config: JSONDict
+    version: int
+    updated_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageHit:
+    """A message a full-text search found, with its rank (higher is better)."""
+
+    message: StoredMessage
+    score: float
+
+
+# ``iter_streams`` fetches stream ids this many at a time.
+STREAM_PAGE = 1000
+
+
 class EventStore(abc.ABC):
-    """An append-only store of event streams with compare-and-set appends and an inline projection."""
+    """An append-only store of event streams with compare-and-set appends.
+
+    An append also writes the projections derived from its events (the record row, the message rows, the
+    outbox rows) in its own transaction; the other roles below read them.
+    """
 
     @abc.abstractmethod
     def append(
@@ -138,22 +172,22 @@ class EventStore(abc.ABC):
         """The stream's current version, 0 when it has no events."""
 
     @abc.abstractmethod
-    def load_snapshot(self, stream_id: str, *, known_position: int | None = None) -> StoredSnapshot | None:
-        """The inline projection of a stream, the version it reflects, its last event's position and the
-        window's message rows, all from one snapshot of the database: a concurrent append can never make the
-        row and the messages disagree.
-
-        When the snapshot is still the one of ``known_position``, its document and window are left out
-        (``state`` is None): a caller that holds that state already pays for one small row.
-        """
-
-    @abc.abstractmethod
-    def find_messages(self, stream_id: str, message_ids: Iterable[str]) -> dict[str, StoredMessageRef]:
-        """Which of ``message_ids`` are already stored in the stream (idempotency keys)."""
-
-    @abc.abstractmethod
     def find_event(self, event_id: uuid.UUID) -> RecordedEvent | None:
         """The stored event with this id, if any: how a task learns a cycle's recorded outcome."""
+
+    @abc.abstractmethod
+    def list_stream_ids(self, prefix: str = "", *, after: str = "", limit: int = 1000) -> list[str]:
+        """Ids of streams that have events, starting with ``prefix``, in id order after ``after``."""
+
+    def iter_streams(self, prefix: str = "") -> Iterator[str]:
+        """Every stream id starting with ``prefix``, in id order, fetched page by page."""
+        after = ""
+        while True:
+            page = self.list_stream_ids(prefix, after=after, limit=STREAM_PAGE)
+            yield from page
+            if len(page) < STREAM_PAGE:
+                return
+            after = page[-1]
 
     @abc.abstractmethod
     def delete_stream(self, stream_id: str) -> int:
@@ -164,7 +198,52 @@ class EventStore(abc.ABC):
         the rest) or writes nothing, so once this returns nothing of the stream exists or comes back.
         """
 
-    # --- added with the SQL store: paging, projection rebuilds, outbox relay ---------------------------
+
+class RecordProjection(abc.ABC):
+    """The record projection: one row per stream, the record state as of the stream's last append."""
+
+    @abc.abstractmethod
+    def load_snapshot(self, stream_id: str, *, known_position: int | None = None) -> StoredSnapshot | None:
+        """The inline projection of a stream, the version it reflects, its last event's position and the
+        window's message rows, all from one snapshot of the database: a concurrent append can never make the
+        row and the messages disagree.
+
+        When the snapshot is still the one of ``known_position``, its document and window are left out
+        (``state`` is None): a caller that holds that state already pays for one small row.
+        """
+
+    @abc.abstractmethod
+    def replace_snapshot(self, stream_id: str, snapshot: StateSnapshot, version: int) -> None:
+        """Overwrite the inline projection of a stream, as a projection rebuild does."""
+
+    @abc.abstractmethod
+    def list_streams_with_pending_work(self, *, after: str = "", limit: int = 500) -> list[str]:
+        """Ids of records holding buffered chunks or a cycle in flight, in id order after ``after``.
+
+        What the idle-TTL sweep and the stuck-cycle recovery scan; every other record has nothing to do.
+        """
+
+    @abc.abstractmethod
+    def list_threads(
+        self,
+        tenant: str,
+        *,
+        resource_id: str | None = None,
+        before: datetime | None = None,
+        after: datetime | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[ThreadRow]:
+        """The tenant's thread records (optionally of one resource, updated before/after a moment), most
+        recently updated first."""
+
+
+class MessageQueries(abc.ABC):
+    """The message projection: one row per appended message, what idempotency, paging and recall read."""
+
+    @abc.abstractmethod
+    def find_messages(self, stream_id: str, message_ids: Iterable[str]) -> dict[str, StoredMessageRef]:
+        """Which of ``message_ids`` are already stored in the stream (idempotency keys)."""
 
     @abc.abstractmethod
     def read_messages(
@@ -184,16 +263,18 @@ class EventStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def list_stream_ids(self, prefix: str = "", *, after: str = "", limit: int = 1000) -> list[str]:
-        """Ids of streams that have events, starting with ``prefix``, in id order after ``after``."""
+    def message_by_id(self, tenant: str, message_id: str) -> StoredMessage | None:
+        """A message of any of the tenant's streams, by id (recall cursors name messages, not threads)."""
 
     @abc.abstractmethod
-    def iter_streams(self, prefix: str = "") -> Iterator[str]:
-        """Every stream id starting with ``prefix``, in id order, fetched page by page."""
+    def search_messages(
+        self, tenant: str, text: str, *, stream_ids: Sequence[str] | None = None, limit: int = 10
+    ) -> list[MessageHit]:
+        """The tenant's messages (of ``stream_ids`` when given) whose text matches ``text``, best first."""
 
-    @abc.abstractmethod
-    def replace_snapshot(self, stream_id: str, snapshot: StateSnapshot, version: int) -> None:
-        """Overwrite the inline projection of a stream, as a projection rebuild does."""
+
+class Outbox(abc.ABC):
+    """Task requests an append wrote, until they are handed to the broker."""
 
     @abc.abstractmethod
     def fetch_unpublished_tasks(self, limit: int = 100, older_than_seconds: float = 0.0) -> list[OutboxTask]:
@@ -203,14 +284,16 @@ class EventStore(abc.ABC):
     def mark_tasks_published(self, ids: Sequence[int]) -> int:
         """Record that outbox rows were handed to the broker. Returns how many rows changed."""
 
-    # --- added with the workers: marking by key after a direct publish, maintenance scans -------------
-
+    @abc.abstractmethod
     def mark_keys_published(self, keys: Sequence[str]) -> int:
         """Record that the outbox rows with these task keys were handed to the broker.
 
         The dispatcher publishes right after commit and knows the keys, not the row ids.
         """
-        raise NotImplementedError
+
+
+class VectorIndex(abc.ABC):
+    """Observation groups with their embeddings, for recall by meaning."""
 
     @abc.abstractmethod
     def upsert_indexed_groups(self, groups: Sequence[IndexedGroup], *, source_event_id: uuid.UUID) -> int:
@@ -226,12 +309,25 @@ class EventStore(abc.ABC):
     ) -> list[IndexedGroup]:
         """The tenant's indexed groups of the streams ``stream_ids`` or of the resource, oldest first."""
 
-    def list_streams_with_pending_work(self, *, after: str = "", limit: int = 500) -> list[str]:
-        """Ids of records holding buffered chunks or a cycle in flight, in id order after ``after``.
 
-        What the idle-TTL sweep and the stuck-cycle recovery scan; every other record has nothing to do.
-        """
-        raise NotImplementedError
+class ScanLocks(abc.ABC):
+    """Locks that keep a maintenance scan from running twice at once, in any process on the database."""
+
+    @abc.abstractmethod
+    def try_lock(self, key: int) -> AbstractContextManager[bool]:
+        """Yields whether this process now holds the lock ``key`` (released on exit); never waits for it."""
+
+
+class ApiKeys(abc.ABC):
+    """API keys stored by their SHA-256 (``om keys create``), each acting for one tenant."""
+
+    @abc.abstractmethod
+    def tenant_of_key(self, key_hash: str) -> str | None:
+        """The tenant of the stored key with this hash, if any."""
+
+    @abc.abstractmethod
+    def add_key(self, key_hash: str, tenant: str, label: str | None = None) -> None:
+        """Store a key's hash for ``tenant``."""
 
 
 # --- model gateway -------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 
 from om_core.application.configuration import record_config
 from om_core.application.deps import utc_now
-from om_core.application.ports import EventStore
+from om_core.application.ports import EventStore, RecordProjection
 from om_core.application.repository import replay_state, snapshot_of
 from om_core.application.streams import RecordNotFoundError, tenant_of
 from om_core.domain.context import build_context
@@ -49,8 +49,11 @@ def canonical(state_json: Mapping[str, Any]) -> str:
     return json.dumps(state_json, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def rebuild_projections(store: EventStore, *, verify_only: bool = False, prefix: str = "") -> RebuildReport:
-    """Fold every stream from its first event and compare with (or replace) its stored projection.
+def rebuild_projections(
+    records: RecordProjection, store: EventStore, *, verify_only: bool = False, prefix: str = ""
+) -> RebuildReport:
+    """Fold every stream of ``store`` from its first event and compare with (or replace) its stored
+    projection in ``records``.
 
     Verification compares canonical JSON, so equal means byte-identical once serialised the same way.
     """
@@ -59,7 +62,7 @@ def rebuild_projections(store: EventStore, *, verify_only: bool = False, prefix:
         report.streams += 1
         rebuilt = replay_state(store, stream_id)
         report.events += rebuilt.version
-        stored = store.load_snapshot(stream_id)
+        stored = records.load_snapshot(stream_id)
         expected = snapshot_of(rebuilt, tenant_of(stream_id))
         same = (
             stored is not None
@@ -75,7 +78,7 @@ def rebuild_projections(store: EventStore, *, verify_only: bool = False, prefix:
             continue
         report.mismatched.append(stream_id)
         if not verify_only:
-            store.replace_snapshot(stream_id, expected, rebuilt.version)
+            records.replace_snapshot(stream_id, expected, rebuilt.version)
             report.rebuilt += 1
     return report
 

@@ -19,7 +19,7 @@ from om_core.domain.observer_output import (
     parse_observer_output,
     validate_compression,
 )
-from om_core.domain.prompts import MAX_COMPRESSION_LEVEL, build_reflector_request
+from om_core.domain.prompts import build_reflector_request
 
 
 class ReflectorFailedError(RuntimeError):
@@ -58,12 +58,11 @@ def reflect_observations(
     source = strip_group_tags(observations)
     model = thresholds.resolve_model(config, "reflector", counter.count_text(source))
     first = thresholds.compression_start_level(model) if start_level is None else start_level
-    last = min(MAX_COMPRESSION_LEVEL, first + 3)
     specs = extractor_specs(config.reflection.extract)
     tally = UsageTally()
     best: tuple[int, str] | None = None
     levels: list[int] = []
-    for level in range(first, last + 1):
+    for level in thresholds.compression_attempt_levels(first):
         levels.append(level)
         request = build_reflector_request(
             source,

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 from pydantic import TypeAdapter, ValidationError
 
-from om_core.application.ports import EventStore
+from om_core.application.ports import EventStore, RecordProjection
 from om_core.application.state_cache import StateCache
 from om_core.domain.envelope import StateSnapshot, StoredMessage
 from om_core.domain.events import from_recorded
@@ -20,16 +20,18 @@ _LOG_SEGMENTS = TypeAdapter(list[LogSegment])
 REPLAY_LISTENERS: list[Callable[[str, str], None]] = []
 
 
-def load_state(store: EventStore, stream_id: str, cache: StateCache | None = None) -> RecordState:
+def load_state(
+    records: RecordProjection, store: EventStore, stream_id: str, cache: StateCache | None = None
+) -> RecordState:
     """The record's inline projection: one row, whatever the length of the stream. The caller owns it.
 
     Every commit writes it in the same transaction as its events, so it is never behind them, and the row
     and the window's messages are read from one snapshot. A stream without one (its projection was
-    dropped, or written by an older shape of the state) is folded from its events. With a ``cache`` that
-    holds the stream's current state, only the row's position is read.
+    dropped, or written by an older shape of the state) is folded from its events, read from ``store``.
+    With a ``cache`` that holds the stream's current state, only the row's position is read.
     """
     known = cache.position(stream_id) if cache is not None else None
-    stored = store.load_snapshot(stream_id, known_position=known)
+    stored = records.load_snapshot(stream_id, known_position=known)
     if stored is None:
         # an unknown stream is an empty state; a stream with events but no row is a dropped projection
         return _replayed(store, stream_id, "no record row")
@@ -38,7 +40,7 @@ def load_state(store: EventStore, stream_id: str, cache: StateCache | None = Non
         if held is not None:
             return held
         # evicted between the two calls
-        stored = store.load_snapshot(stream_id)
+        stored = records.load_snapshot(stream_id)
         if stored is None:
             return _replayed(store, stream_id, "no record row")
     assert stored.state is not None

@@ -15,7 +15,7 @@ from om_core.application.append import append_messages, configure_thread
 from om_core.application.configuration import counter_for, record_config
 from om_core.application.context import get_context
 from om_core.application.deps import Deps
-from om_core.application.ports import EventStore
+from om_core.application.ports import EventStore, RecordProjection
 from om_core.application.repository import load_state
 from om_core.application.streams import RecordNotFoundError, thread_stream_id
 from om_core.domain.context import ContextWindow, build_context
@@ -90,6 +90,7 @@ def _figures(state: RecordState, ctx_tokens: int, max_ctx: int) -> RunFigures:
 
 
 def simulate_thread(
+    source_records: RecordProjection,
     source: EventStore,
     scratch: Deps,
     *,
@@ -105,7 +106,7 @@ def simulate_thread(
     recorded_events = [from_recorded(r) for r in source.read_stream(stream_id)]
     if not recorded_events:
         raise RecordNotFoundError(stream_id)
-    recorded_state = load_state(source, stream_id)
+    recorded_state = load_state(source_records, source, stream_id)
     recorded_window = build_context(
         recorded_state, record_config(source_profile or {}, recorded_state), scratch.clock()
     )
@@ -125,12 +126,12 @@ def simulate_thread(
         append_messages(scratch, tenant=SCRATCH_TENANT, thread_id=thread_id, messages=[event.message])
         if event.role == "user":
             window = get_context(scratch, tenant=SCRATCH_TENANT, thread_id=thread_id)
-            state = load_state(scratch.store, scratch_stream)
+            state = load_state(scratch.records, scratch.store, scratch_stream)
             max_ctx = max(max_ctx, context_tokens(window, scratch.profile, state))
     if drain is not None:
         drain()
     window = get_context(scratch, tenant=SCRATCH_TENANT, thread_id=thread_id)
-    state = load_state(scratch.store, scratch_stream)
+    state = load_state(scratch.records, scratch.store, scratch_stream)
     final_ctx = context_tokens(window, scratch.profile, state)
     return SimulationReport(
         thread_id=thread_id,

@@ -43,7 +43,7 @@ def record_stream_for(deps: Deps, tenant: str, thread_id: str, resource_id: str 
     if profile_scope(deps.profile) != "resource":
         return thread_stream
     if resource_id is None:
-        resource_id = load_state(deps.store, thread_stream, deps.states).resource_id
+        resource_id = load_state(deps.records, deps.store, thread_stream, deps.states).resource_id
     if not resource_id:
         raise ResourceRequiredError(thread_id)
     return resource_stream_id(tenant, resource_id)

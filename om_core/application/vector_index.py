@@ -41,7 +41,7 @@ def index_observations(deps: Deps, stream_id: str, cycle_id: str) -> int:
     if outcome is None or outcome.event_type not in _INDEXED_OUTCOMES:
         return 0
     groups = observation_groups(str(outcome.data.get("observations", "")))
-    state = load_state(deps.store, stream_id, deps.states)
+    state = load_state(deps.records, deps.store, stream_id, deps.states)
     config = record_config(deps.profile, state)
     if not groups or config.retrieval is None or not config.retrieval.vector:
         return 0
@@ -50,11 +50,11 @@ def index_observations(deps: Deps, stream_id: str, cycle_id: str) -> int:
         threads = {g.range_start: state.thread_id for g in groups}
     else:
         # a resource record: each group belongs to the thread of the messages it was written from
-        refs = deps.store.find_messages(stream_id, [g.range_start for g in groups])
+        refs = deps.messages.find_messages(stream_id, [g.range_start for g in groups])
         threads = {g.range_start: refs[g.range_start].thread_id for g in groups if g.range_start in refs}
     embedder = config.retrieval.embedder
     embedded = deps.models.embed(EmbeddingRequest(model=embedder, texts=[g.text for g in groups]))
-    return deps.store.upsert_indexed_groups(
+    return deps.index.upsert_indexed_groups(
         [
             IndexedGroup(
                 stream_id=stream_id,
@@ -113,10 +113,10 @@ def search_observations(
 ) -> list[GroupHit]:
     """The indexed groups most similar to ``query``: the thread's, or its resource's (``retrieval.scope``)."""
     assert config.retrieval is not None
-    own = load_state(deps.store, thread_stream_id(tenant, thread_id), deps.states)
+    own = load_state(deps.records, deps.store, thread_stream_id(tenant, thread_id), deps.states)
     record = record_stream_for(deps, tenant, thread_id, own.resource_id)
     whole_resource = config.retrieval.scope == "resource" and own.resource_id is not None
-    found = deps.store.load_indexed_groups(
+    found = deps.index.load_indexed_groups(
         tenant, stream_ids=[record], resource_id=own.resource_id if whole_resource else None
     )
     candidates = [

@@ -46,7 +46,7 @@ from om_core.domain.events import (
     effect_event_id,
 )
 from om_core.domain.observer_output import thread_title_accepted
-from om_core.domain.state import BufferInFlight, RecordState, SyncInFlight
+from om_core.domain.state import BufferInFlight, RecordState, ReflectionInFlight, SyncInFlight
 from om_core.domain.timeutil import format_time
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def _record_outcome(
     outcome_id = effect_event_id(stream_id, cycle_id, "outcome")
 
     def attempt() -> WorkOutcome:
-        state = load_state(deps.store, stream_id, deps.states)
+        state = load_state(deps.records, deps.store, stream_id, deps.states)
         if not _of_this_lineage(deps, state, cycle_id):
             return _erased(stream_id, cycle_id)
         config = record_config(deps.profile, state)
@@ -134,10 +134,7 @@ def _of_this_lineage(deps: Deps, state: RecordState, cycle_id: str) -> bool:
     """
     if state.version == 0:
         return False
-    if any(
-        flight is not None and flight.cycle_id == cycle_id
-        for flight in (state.buffer_in_flight, state.sync_in_flight, state.reflection_in_flight)
-    ):
+    if state.in_flight(cycle_id) is not None:
         return True
     requested = deps.store.find_event(request_event_id(state.stream_id, cycle_id))
     return requested is not None and requested.stream_id == state.stream_id
@@ -167,7 +164,7 @@ class _ObservationKind:
     """What differs between a background (buffer) and a synchronous observation cycle."""
 
     buffered: bool
-    flight: Callable[[RecordState], BufferInFlight | SyncInFlight | None]
+    flight: type[BufferInFlight] | type[SyncInFlight]
     completed: type[ObservationBufferCompleted] | type[SyncObservationCompleted]
     failed: type[ObservationBufferFailed] | type[SyncObservationFailed]
     stale: type[ObservationBufferStale] | type[SyncObservationStale]
@@ -176,7 +173,7 @@ class _ObservationKind:
 
 _BUFFER = _ObservationKind(
     buffered=True,
-    flight=lambda s: s.buffer_in_flight,
+    flight=BufferInFlight,
     completed=ObservationBufferCompleted,
     failed=ObservationBufferFailed,
     stale=ObservationBufferStale,
@@ -184,7 +181,7 @@ _BUFFER = _ObservationKind(
 )
 _SYNC = _ObservationKind(
     buffered=False,
-    flight=lambda s: s.sync_in_flight,
+    flight=SyncInFlight,
     completed=SyncObservationCompleted,
     failed=SyncObservationFailed,
     stale=SyncObservationStale,
@@ -202,17 +199,16 @@ def run_sync_observation(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutco
 
 def _run_observation(deps: Deps, stream_id: str, cycle_id: str, kind: _ObservationKind) -> WorkOutcome:
     def valid(s: RecordState) -> bool:
-        flight = kind.flight(s)
-        return flight is not None and flight.cycle_id == cycle_id
+        return s.in_flight(cycle_id, kind.flight) is not None
 
     def stale(s: RecordState) -> DomainEvent:
         return kind.stale(cycle_id=cycle_id, reason=kind.stale_reason, at=format_time(deps.clock()))
 
-    state = load_state(deps.store, stream_id, deps.states)
+    state = load_state(deps.records, deps.store, stream_id, deps.states)
     if state.version == 0:
         return _erased(stream_id, cycle_id)
-    flight = kind.flight(state)
-    if flight is None or flight.cycle_id != cycle_id:
+    flight = state.in_flight(cycle_id, kind.flight)
+    if flight is None:
         # already done (a redelivery: the stale record collides with the stored outcome) or superseded
         return _record_outcome(deps, stream_id, cycle_id, lambda s: None, stale=stale)
     config = record_config(deps.profile, state)
@@ -265,10 +261,10 @@ def _mark_started(deps: Deps, stream_id: str, cycle_id: str) -> None:
     started_id = effect_event_id(stream_id, cycle_id, "started")
 
     def attempt() -> None:
-        state = load_state(deps.store, stream_id, deps.states)
-        flight = state.buffer_in_flight
+        state = load_state(deps.records, deps.store, stream_id, deps.states)
+        flight = state.in_flight(cycle_id, BufferInFlight)
         # an erased stream has no flight: nothing is written for it
-        if flight is None or flight.cycle_id != cycle_id or flight.started:
+        if flight is None or flight.started:
             return
         plan = Plan(state)
         plan.add(
@@ -304,11 +300,11 @@ def _title_events(state: RecordState, title: str | None, cycle_id: str, deps: De
 
 
 def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
-    state = load_state(deps.store, stream_id, deps.states)
+    state = load_state(deps.records, deps.store, stream_id, deps.states)
     if state.version == 0:
         return _erased(stream_id, cycle_id)
-    flight = state.reflection_in_flight
-    if flight is None or flight.cycle_id != cycle_id or flight.generation != state.generation:
+    flight = _reflection_in_flight(state, cycle_id)
+    if flight is None:
         return _record_outcome(
             deps, stream_id, cycle_id, lambda s: None, stale=_reflection_stale(cycle_id, deps)
         )
@@ -340,13 +336,13 @@ def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
             deps,
             stream_id,
             cycle_id,
-            lambda s: [failed] if _reflection_valid(s, cycle_id) else None,
+            lambda s: [failed] if _reflection_in_flight(s, cycle_id) is not None else None,
             stale=_reflection_stale(cycle_id, deps),
         )
     duration = (time.monotonic() - started) * 1000
 
     def outcome(s: RecordState) -> list[DomainEvent] | None:
-        if not _reflection_valid(s, cycle_id):
+        if _reflection_in_flight(s, cycle_id) is None:
             return None
         if flight.mode == "buffered":
             return [
@@ -387,9 +383,11 @@ def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
     return _record_outcome(deps, stream_id, cycle_id, outcome, stale=_reflection_stale(cycle_id, deps))
 
 
-def _reflection_valid(state: RecordState, cycle_id: str) -> bool:
-    flight = state.reflection_in_flight
-    return flight is not None and flight.cycle_id == cycle_id and flight.generation == state.generation
+def _reflection_in_flight(state: RecordState, cycle_id: str) -> ReflectionInFlight | None:
+    """The reflection in flight, if it is still of the current generation: one of an earlier generation
+    was computed on a log that is gone."""
+    flight = state.in_flight(cycle_id, ReflectionInFlight)
+    return flight if flight is not None and flight.generation == state.generation else None
 
 
 def _reflection_stale(cycle_id: str, deps: Deps) -> Callable[[RecordState], DomainEvent]:

@@ -30,6 +30,9 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from om_core.domain.observer_output import OUTPUT_TAGS
+from om_core.domain.tokens import TIKTOKEN_ENCODINGS
+
 Scope: TypeAlias = Literal["thread", "resource"]
 FailurePolicy: TypeAlias = Literal["abort", "continue"]
 IdleTTL: TypeAlias = int | Literal["auto"]
@@ -38,15 +41,8 @@ AttachmentPolicy: TypeAlias = bool | Literal["auto"] | tuple[str, ...]
 
 DEFAULT_TOKENIZER = "tiktoken:o200k_base"
 DEFAULT_BLOCK_AFTER = 1.2
-# tiktoken's published encodings; naming one that does not exist should fail at load time, not at the
-# first message.
-TIKTOKEN_ENCODINGS = frozenset(
-    {"gpt2", "r50k_base", "p50k_base", "p50k_edit", "cl100k_base", "o200k_base", "o200k_harmony"}
-)
 # The built-in extractors and the XML tags the Observer/Reflector output already uses.
-RESERVED_EXTRACTOR_NAMES = frozenset(
-    {"current-task", "suggested-response", "thread-title", "observations", "extracted-values"}
-)
+RESERVED_EXTRACTOR_NAMES = frozenset(OUTPUT_TAGS)
 
 # Subtrees whose keys belong to someone else (provider SDKs, JSON Schema): never renamed, never pruned.
 _FREE_FORM_KEYS = frozenset({"providerOptions", "schema"})

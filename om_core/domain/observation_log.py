@@ -50,8 +50,17 @@ IMPORTANT_MARKERS = ("🔴", "✅")
 LOW_PRIORITY_MARKERS = ("🟡", "🟢")
 
 
+_TRUNCATION_MARKER_TEXT = "[{count} observations truncated here]"
+_TRUNCATION_MARKER = re.compile(re.escape(_TRUNCATION_MARKER_TEXT).replace(re.escape("{count}"), r"\d+"))
+
+
 def truncation_marker(count: int) -> str:
-    return f"[{count} observations truncated here]"
+    return _TRUNCATION_MARKER_TEXT.format(count=count)
+
+
+def is_truncation_marker(line: str) -> bool:
+    """Whether ``line`` (stripped) is what ``truncation_marker`` writes in place of hidden lines."""
+    return _TRUNCATION_MARKER.fullmatch(line) is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,8 @@ MAX_LINE_CHARS = 10_000
 LINE_TRUNCATION_SUFFIX = "… [truncated]"
 
 BUILT_IN_SLUGS = ("current-task", "suggested-response", "thread-title")
+# every tag of the output format but the extractors' own: no extractor may take one of these names
+OUTPUT_TAGS = ("observations", "extracted-values", *BUILT_IN_SLUGS)
 
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+\S")
@@ -238,13 +240,10 @@ class _Hints:
     thread_title: str | None = None
 
 
-_HINT_TAGS = ("current-task", "suggested-response", "thread-title")
-
-
 def _take_hints(document: _Document, stop_tags: Sequence[str]) -> _Hints:
     """Cut the continuation-hint sections out of ``document``, keeping the first of each."""
     found: dict[str, str | None] = {}
-    for tag in _HINT_TAGS:
+    for tag in BUILT_IN_SLUGS:
         sections = document.find(tag, stop_tags)
         if sections:
             found[tag] = (_title_value if tag == "thread-title" else _single_value)(sections[0].content)
@@ -310,7 +309,7 @@ def parse_observer_output(
     if detect_degenerate_repetition(text):
         return ObserverOutput("", degenerate=True)
     slugs = [slug for slug in inline_extractors if slug not in BUILT_IN_SLUGS]
-    stop_tags = ["observations", "extracted-values", *_HINT_TAGS, *slugs]
+    stop_tags = [*OUTPUT_TAGS, *slugs]
     document = _Document(_unwrap_outer_fence(text.replace("\r\n", "\n")))
 
     values, failures = _extracted_values(document, slugs, stop_tags)

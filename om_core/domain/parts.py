@@ -61,14 +61,7 @@ from om_core.domain.events import (
     ThreadTitleChanged,
 )
 from om_core.domain.policy import resolve_limits
-from om_core.domain.state import (
-    BufferInFlight,
-    RecordState,
-    ReflectionInFlight,
-    SyncInFlight,
-    fold,
-    initial_state,
-)
+from om_core.domain.state import RecordState, fold, initial_state
 
 Part = dict[str, Any]
 
@@ -528,27 +521,23 @@ def _discarded(
     verdict = {"discarded": True, "reason": reason}
     parts: list[Part] = []
     buffer = before.buffer_in_flight
-    if buffer is not None and not _holds(after.buffer_in_flight, buffer.cycle_id):
+    if buffer is not None and after.in_flight(buffer.cycle_id) is None:
         # bufferedTokens keeps its meaning, what is buffered after the cycle: the chunks that were there
         outcome = _unbuffered(after.chunk_observation_tokens, verdict)
         duration = _since(buffer.requested_at, at)
         parts.append(_end_part(BUFFERING_END, buffer.cycle_id, "observation", at, duration, outcome, ids))
     sync = before.sync_in_flight
-    if sync is not None and not _holds(after.sync_in_flight, sync.cycle_id):
+    if sync is not None and after.in_flight(sync.cycle_id) is None:
         outcome, duration = _unobserved(verdict), _since(sync.started_at, at)
         parts.append(_end_part(OBSERVATION_END, sync.cycle_id, "observation", at, duration, outcome, ids))
     reflecting = before.reflection_in_flight
-    if reflecting is not None and not _holds(after.reflection_in_flight, reflecting.cycle_id):
+    if reflecting is not None and after.in_flight(reflecting.cycle_id) is None:
         buffered = reflecting.mode == "buffered"
         outcome = _unbuffered(0, verdict) if buffered else _unobserved(verdict)
         part_type = BUFFERING_END if buffered else OBSERVATION_END
         duration = _since(reflecting.requested_at, at)
         parts.append(_end_part(part_type, reflecting.cycle_id, "reflection", at, duration, outcome, ids))
     return parts
-
-
-def _holds(flight: BufferInFlight | SyncInFlight | ReflectionInFlight | None, cycle_id: str) -> bool:
-    return flight is not None and flight.cycle_id == cycle_id
 
 
 def _unbuffered(buffered_tokens: int, verdict: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from om_core.domain.config import MemoryConfig
 from om_core.domain.events import TriggeredBy
 from om_core.domain.state import RecordState, WindowMessage
 from om_core.domain.timeutil import parse_time
+from om_core.domain.tokens import TOKENS_PER_CONVERSATION
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +258,7 @@ def _sync_observation(
         cut -= 1
         kept += window[cut].tokens
     # the window must end up below the threshold whatever the floor says
-    while cut < len(window) and kept + 24 >= limits.message_threshold:
+    while cut < len(window) and kept + TOKENS_PER_CONVERSATION >= limits.message_threshold:
         kept -= window[cut].tokens
         cut += 1
     if cut == 0:

@@ -3,9 +3,9 @@
 Every instruction lives in the single system message; the user message carries only data, in fixed
 markdown sections. Mastra sent its control prompt as a user message, and the Observer then recorded its own
 instructions as things the user wanted (mastra#22195). The user-message layout is also a contract with the
-deterministic local model, which locates the transcript by ``OBSERVER_HISTORY_HEADING`` and
-``TRANSCRIPT_END_MARKER`` (and the Reflector's input by ``REFLECTOR_OBSERVATIONS_HEADING``,
-``REFLECTOR_TARGET_LINE`` and ``REFLECTOR_END_MARKER``): change them only together with that parser.
+deterministic local model (``om_core.adapters.models.om_local``), which imports the headings, markers and
+line templates below to find the transcript, the Reflector's input and the extractors' sections: a reworded
+heading follows by itself, a changed layout (what a section holds, where it ends) only with that parser.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from om_core.domain.observation_log import strip_group_tags
+from om_core.domain.thresholds import MAX_COMPRESSION_LEVEL
 from om_core.domain.transcript import TranscriptAttachment
 
 ChatMessage = dict[str, Any]
@@ -28,12 +29,14 @@ OBSERVER_CLOSING_LINE = f"{TRANSCRIPT_END_MARKER} Reply with the sections of the
 
 REFLECTOR_OBSERVATIONS_HEADING = "## Observations to reflect on"
 REFLECTOR_TARGET_LINE = "Target size: at most {target_tokens} tokens."
-REFLECTOR_LEVEL_LINE = "Compression level: {level}/4"
+REFLECTOR_LEVEL_LINE = f"Compression level: {{level}}/{MAX_COMPRESSION_LEVEL}"
 REFLECTOR_END_MARKER = "--- end of observations ---"
 
+# The Observer's system prompt names its inline extractors on one line, "Extractor sections: slug1, slug2";
+# each one's instructions are the "## <slug>: name" entry of the same prompt.
+EXTRACTOR_SECTIONS_LINE_PREFIX = "Extractor sections:"
+PREVIOUS_VALUE_HEADING = "## Previous value"
 EXTRACTOR_END_MARKER = "--- end of input ---"
-
-MAX_COMPRESSION_LEVEL = 4
 
 COMPRESSION_GUIDANCE: tuple[str, ...] = (
     "No extra compression is needed: reorganise, merge duplicates and connect related items, keeping detail.",
@@ -194,8 +197,8 @@ def _extractor_section(inline: Sequence[ExtractorSpec]) -> str | None:
     entries = [
         f"## <{extractor.slug}>: {extractor.name}\n{extractor.instructions.strip()}" for extractor in inline
     ]
-    # The "Extractor sections:" line is read by the deterministic local model to learn which to answer.
-    listing = "Extractor sections: " + ", ".join(extractor.slug for extractor in inline)
+    # The listing line is read by the deterministic local model to learn which to answer.
+    listing = f"{EXTRACTOR_SECTIONS_LINE_PREFIX} " + ", ".join(extractor.slug for extractor in inline)
     return "\n\n".join(
         [
             "# Extractors",
@@ -467,7 +470,7 @@ def build_extractor_request(
     )
     sections: list[str] = []
     if extractor.include_previous and previous_value is not None:
-        sections += ["## Previous value", json.dumps(previous_value, ensure_ascii=False, sort_keys=True)]
+        sections += [PREVIOUS_VALUE_HEADING, json.dumps(previous_value, ensure_ascii=False, sort_keys=True)]
     sections += ["## Observations", observations.strip() or "(none)"]
     if transcript is not None and transcript.strip():
         sections += ["## Message history", transcript.strip()]

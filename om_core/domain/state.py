@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -44,8 +44,7 @@ from om_core.domain.events import (
     ThreadTitleChanged,
     ValuesExtracted,
 )
-
-CONVERSATION_OVERHEAD_TOKENS = 24
+from om_core.domain.tokens import TOKENS_PER_CONVERSATION
 
 
 class InvariantViolation(Exception):
@@ -125,6 +124,10 @@ class ReflectionInFlight(_Model):
     input_tokens: int
     target_tokens: int
     requested_at: str
+
+
+InFlight = BufferInFlight | SyncInFlight | ReflectionInFlight
+_Kind = TypeVar("_Kind", bound=InFlight)
 
 
 class BufferedReflection(_Model):
@@ -239,7 +242,23 @@ class RecordState(_Model):
         if memo is None or memo[0] is not self.window or memo[1] != len(self.window):
             memo = (self.window, len(self.window), sum(m.tokens for m in self.window))
             self._window_tokens = memo
-        return CONVERSATION_OVERHEAD_TOKENS + memo[2]
+        return TOKENS_PER_CONVERSATION + memo[2]
+
+    @overload
+    def in_flight(self, cycle_id: str) -> InFlight | None: ...
+
+    @overload
+    def in_flight(self, cycle_id: str, kind: type[_Kind]) -> _Kind | None: ...
+
+    def in_flight(self, cycle_id: str, kind: type[_Kind] | None = None) -> InFlight | None:
+        """The slot holding cycle ``cycle_id`` while it is in flight (of ``kind``, when given), else None:
+        whether a result, a wait or a task still concerns the record as it is now."""
+        for flight in (self.buffer_in_flight, self.sync_in_flight, self.reflection_in_flight):
+            if flight is None or flight.cycle_id != cycle_id:
+                continue
+            if kind is None or isinstance(flight, kind):
+                return flight
+        return None
 
     @property
     def last_seq(self) -> int:
@@ -474,18 +493,27 @@ def _buffer_requested(s: RecordState, e: ObservationBufferRequested) -> None:
     s.last_buffer_boundary = e.pending_tokens
 
 
-def _require_buffer(s: RecordState, cycle_id: str) -> BufferInFlight:
-    if s.buffer_in_flight is None or s.buffer_in_flight.cycle_id != cycle_id:
-        raise InvariantViolation(f"buffer cycle {cycle_id} is not in flight")
-    return s.buffer_in_flight
+_KIND_NAMES: dict[type[_Model], str] = {
+    BufferInFlight: "buffer cycle",
+    SyncInFlight: "sync observation",
+    ReflectionInFlight: "reflection",
+}
+
+
+def _require(s: RecordState, cycle_id: str, kind: type[_Kind]) -> _Kind:
+    """The flight an outcome of cycle ``cycle_id`` closes: it must be in flight, in its kind's slot."""
+    flight = s.in_flight(cycle_id, kind)
+    if flight is None:
+        raise InvariantViolation(f"{_KIND_NAMES[kind]} {cycle_id} is not in flight")
+    return flight
 
 
 def _buffer_started(s: RecordState, e: ObservationBufferStarted) -> None:
-    _require_buffer(s, e.cycle_id).started = True
+    _require(s, e.cycle_id, BufferInFlight).started = True
 
 
 def _buffer_completed(s: RecordState, e: ObservationBufferCompleted) -> None:
-    flight = _require_buffer(s, e.cycle_id)
+    flight = _require(s, e.cycle_id, BufferInFlight)
     if (e.from_seq, e.to_seq) != (flight.from_seq, flight.to_seq):
         raise InvariantViolation(f"chunk {e.cycle_id} covers {e.from_seq}..{e.to_seq}, not the request")
     if e.from_seq != max(s.observed_seq, s.chunks[-1].to_seq if s.chunks else 0) + 1:
@@ -516,7 +544,7 @@ def _buffer_completed(s: RecordState, e: ObservationBufferCompleted) -> None:
 
 
 def _buffer_failed(s: RecordState, e: ObservationBufferFailed) -> None:
-    _require_buffer(s, e.cycle_id)
+    _require(s, e.cycle_id, BufferInFlight)
     s.buffer_in_flight = None
     s.buffer_retry_after_pending = s.pending_tokens
     s.stats.observer_calls += e.attempts
@@ -533,8 +561,8 @@ _STALE_SLOTS: dict[type[StaleOutcome], str] = {
 def _stale(s: RecordState, e: StaleOutcome) -> None:
     """Recorded, never applied: it only frees its kind's slot if its cycle still holds it."""
     slot = _STALE_SLOTS[type(e)]
-    flight = getattr(s, slot)
-    if flight is not None and flight.cycle_id == e.cycle_id:
+    flight = s.in_flight(e.cycle_id)
+    if flight is not None and flight is getattr(s, slot):
         setattr(s, slot, None)
     s.stats.stale_results += 1
 
@@ -602,14 +630,8 @@ def _sync_started(s: RecordState, e: SyncObservationStarted) -> None:
     s.buffer_in_flight = None
 
 
-def _require_sync(s: RecordState, cycle_id: str) -> SyncInFlight:
-    if s.sync_in_flight is None or s.sync_in_flight.cycle_id != cycle_id:
-        raise InvariantViolation(f"sync observation {cycle_id} is not in flight")
-    return s.sync_in_flight
-
-
 def _sync_completed(s: RecordState, e: SyncObservationCompleted) -> None:
-    flight = _require_sync(s, e.cycle_id)
+    flight = _require(s, e.cycle_id, SyncInFlight)
     if (e.from_seq, e.to_seq) != (flight.from_seq, flight.to_seq) or e.from_seq != s.observed_seq + 1:
         raise InvariantViolation(f"sync observation {e.cycle_id} does not cover its requested range")
     s.sync_in_flight = None
@@ -639,7 +661,7 @@ def _sync_completed(s: RecordState, e: SyncObservationCompleted) -> None:
 
 
 def _sync_failed(s: RecordState, e: SyncObservationFailed) -> None:
-    _require_sync(s, e.cycle_id)
+    _require(s, e.cycle_id, SyncInFlight)
     s.sync_in_flight = None
     s.stats.observer_calls += e.attempts
     s.stats.observer_failures += 1
@@ -663,14 +685,8 @@ def _reflection_requested(s: RecordState, e: ReflectionRequested) -> None:
     )
 
 
-def _require_reflection(s: RecordState, cycle_id: str) -> ReflectionInFlight:
-    if s.reflection_in_flight is None or s.reflection_in_flight.cycle_id != cycle_id:
-        raise InvariantViolation(f"reflection {cycle_id} is not in flight")
-    return s.reflection_in_flight
-
-
 def _reflection_buffered(s: RecordState, e: ReflectionBuffered) -> None:
-    flight = _require_reflection(s, e.cycle_id)
+    flight = _require(s, e.cycle_id, ReflectionInFlight)
     if flight.generation != s.generation or e.line_count != flight.line_count:
         raise InvariantViolation(f"buffered reflection {e.cycle_id} belongs to another generation")
     s.reflection_in_flight = None
@@ -750,7 +766,7 @@ def _reflection_activated(s: RecordState, e: ReflectionActivated) -> None:
 
 
 def _reflection_completed(s: RecordState, e: ReflectionCompleted) -> None:
-    flight = _require_reflection(s, e.cycle_id)
+    flight = _require(s, e.cycle_id, ReflectionInFlight)
     if flight.generation != s.generation or e.new_generation != s.generation + 1:
         raise InvariantViolation(f"reflection {e.cycle_id} was computed on another generation")
     s.reflection_in_flight = None
@@ -767,7 +783,7 @@ def _reflection_completed(s: RecordState, e: ReflectionCompleted) -> None:
 
 
 def _reflection_failed(s: RecordState, e: ReflectionFailed) -> None:
-    _require_reflection(s, e.cycle_id)
+    _require(s, e.cycle_id, ReflectionInFlight)
     s.reflection_in_flight = None
     s.stats.reflector_calls += max(1, len(e.levels_tried))
     s.stats.reflector_failures += 1

@@ -134,6 +134,8 @@ _TIKTOKEN_FILES = {
     "p50k_edit": "p50k_base",
     "r50k_base": "r50k_base",
 }
+# what a config may name: naming another encoding fails when the config is loaded, not at the first message
+TIKTOKEN_ENCODINGS = frozenset(_TIKTOKEN_FILES)
 
 
 class TokenizerUnavailableError(RuntimeError):

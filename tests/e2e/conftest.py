@@ -4,12 +4,10 @@ the app built by ``create_app`` over the inline executor, and an httpx client on
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
@@ -17,12 +15,13 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from om_api.app import create_app
 from om_core.adapters.inline_dispatcher import InlineDispatcher
-from om_core.adapters.store.migrations import upgrade_to_head
 from om_core.application.deps import Deps
 from om_core.bootstrap import build_inline
 from om_core.settings import ServerSettings
+from testing.postgres import postgres_server, scratch_postgres
 
-PG_SERVER = os.environ.get("OM_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+# the test server's maintenance database, as psycopg spells it, for the tests' own admin statements
+PG_SERVER = postgres_server().set(drivername="postgresql").render_as_string(hide_password=False)
 
 # Small budgets so a few dozen turns go through buffering, activation and reflection.
 PROFILE: dict[str, Any] = {
@@ -35,27 +34,10 @@ AUTH_A = {"Authorization": "Bearer key-alpha"}
 AUTH_B = {"Authorization": "Bearer key-beta"}
 
 
-def scratch_postgres() -> Iterator[str]:
-    name = f"om_e2e_{uuid.uuid4().hex[:10]}"
-    try:
-        admin = psycopg.connect(PG_SERVER, autocommit=True)
-    except psycopg.OperationalError as error:
-        pytest.fail(f"no Postgres at {PG_SERVER}: {error}")
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    base = PG_SERVER.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
-    url = f"{base}/{name}"
-    upgrade_to_head(url)
-    try:
-        yield url
-    finally:
-        with psycopg.connect(PG_SERVER, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
-    yield from scratch_postgres()
+    with scratch_postgres(prefix="om_e2e") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from om_api.queries import engine_of
 from om_core.application.deps import Deps
+from testing.store import engine_of
 
 from .conftest import AUTH_A, AUTH_B, build
 
@@ -26,7 +26,7 @@ def small(pg_url: str) -> Any:
 
 
 def _counts(deps: Deps) -> tuple[int, int]:
-    with engine_of(deps.store).connect() as conn:
+    with engine_of(deps).connect() as conn:
         events = conn.scalar(sa.text("select count(*) from om_events"))
         messages = conn.scalar(sa.text("select count(*) from om_messages"))
     return int(events or 0), int(messages or 0)
@@ -391,7 +391,7 @@ def test_a_tenant_over_its_rate_limit_gets_429_and_stores_nothing(pg_url: str) -
             assert client.get("/v1/threads", headers=AUTH_B).status_code == 200
             events = client.get(f"/v1/threads/{thread}/events", headers=AUTH_A)
             assert events.status_code == 429
-        stored = deps.store.find_messages(f"alpha/thread/{thread}", ["r0", "r1", "r2"])
+        stored = deps.messages.find_messages(f"alpha/thread/{thread}", ["r0", "r1", "r2"])
         assert sorted(stored) == ["r0", "r1"]
     finally:
         dispatcher.close()

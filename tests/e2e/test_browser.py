@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from om_workers.harness import om_server
+from testing.processes import om_server
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")

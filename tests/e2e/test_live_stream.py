@@ -10,7 +10,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from om_api.client import AsyncOMClient, OMClient, OMError, PartGrouper, StreamPart
 from om_api.demo.conversation import synthetic_conversation
@@ -20,7 +19,7 @@ from om_core.application.streams import thread_stream_id
 from om_core.domain.events import from_recorded
 from om_core.domain.parts import PART_TYPES, parts_for_events
 from om_core.domain.state import initial_state
-from om_workers.harness import free_port
+from testing.processes import serve_in_thread
 
 from .conftest import build
 
@@ -30,19 +29,11 @@ THREAD = "live"
 @pytest.fixture(scope="module")
 def server(pg_url: str) -> Iterator[tuple[str, Deps, Any]]:
     app, deps, dispatcher = build(pg_url)
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", deps, dispatcher
-    srv.should_exit = True
-    thread.join(timeout=10)
-    dispatcher.close()
+    try:
+        with serve_in_thread(app, lifespan="on") as base:
+            yield base, deps, dispatcher
+    finally:
+        dispatcher.close()
 
 
 def _expected(deps: Deps, tenant: str) -> list[dict[str, Any]]:

@@ -7,7 +7,6 @@ is a JSON 500 that leaves the keep-alive connection usable.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,12 +14,10 @@ import httpx
 import psycopg
 import pytest
 import sqlalchemy as sa
-import uvicorn
 from fastapi.testclient import TestClient
 
 from om_api.app import create_app
 from om_api.auth import create_key
-from om_api.queries import engine_of
 from om_core.application.deps import Deps
 from om_core.application.streams import thread_stream_id
 from om_core.bootstrap import build_inline
@@ -31,9 +28,12 @@ from om_core.domain.events import (
     SyncObservationFailed,
     from_recorded,
 )
-from om_workers.harness import filler_message, free_port, wait_for
+from testing.conversations import filler_message
+from testing.postgres import scratch_postgres
+from testing.processes import serve_in_thread, wait_for
+from testing.store import engine_of
 
-from .conftest import AUTH_A, PG_SERVER, build, make_settings, scratch_postgres
+from .conftest import AUTH_A, PG_SERVER, build, make_settings
 
 GOOGLE_KEYS = ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GENERATIVE_AI_API_KEY")
 CLOUD_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", *GOOGLE_KEYS)
@@ -57,7 +57,7 @@ def no_cloud_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _counts(deps: Deps) -> tuple[int, int]:
-    with engine_of(deps.store).connect() as conn:
+    with engine_of(deps).connect() as conn:
         events = conn.scalar(sa.text("select count(*) from om_events"))
         messages = conn.scalar(sa.text("select count(*) from om_messages"))
     return int(events or 0), int(messages or 0)
@@ -173,7 +173,7 @@ def test_a_search_whose_embedder_key_went_away_is_503(
         embedder,
         [1.0, 0.0],
     )
-    deps.store.upsert_indexed_groups([group], source_event_id=source.event_id)
+    deps.index.upsert_indexed_groups([group], source_event_id=source.event_id)
     r = client.get(
         "/v1/threads/search-gone/recall", params={"mode": "search", "query": "Lisbon"}, headers=AUTH_A
     )
@@ -296,7 +296,8 @@ def test_failure_policy_continue_returns_the_window_with_a_warning(app: tuple[Te
 
 @pytest.fixture(scope="module")
 def outage_db() -> Iterator[str]:
-    yield from scratch_postgres()
+    with scratch_postgres(prefix="om_e2e") as url:
+        yield url
 
 
 def _set_connections(url: str, allowed: bool) -> None:
@@ -330,7 +331,7 @@ def _v1_requests(app: Any) -> list[tuple[str, str, dict[str, Any]]]:
 
 def test_the_database_down_is_503_store_unavailable_on_every_route(outage_db: str) -> None:
     app, deps, dispatcher = build(outage_db, background=False)
-    stored_key = create_key(engine_of(deps.store), "alpha")
+    stored_key = create_key(deps.keys, "alpha")
     requests = _v1_requests(app)
     assert len(requests) >= 14
     try:
@@ -363,7 +364,7 @@ def test_the_database_down_is_503_store_unavailable_on_every_route(outage_db: st
             )
     finally:
         dispatcher.close()
-        engine_of(deps.store).dispose()
+        deps.close()
 
 
 # --- 5. an unexpected error keeps the connection ---------------------------------------------------------
@@ -377,16 +378,10 @@ def live_server(pg_url: str) -> Iterator[str]:
         raise RuntimeError("a bug")
 
     app.add_api_route("/v1/broken", broken, methods=["GET"])
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started, timeout=30, what="uvicorn to start")
     try:
-        yield f"http://127.0.0.1:{port}"
+        with serve_in_thread(app, log_level="critical") as base:
+            yield base
     finally:
-        server.should_exit = True
-        thread.join(timeout=30)
         dispatcher.close()
 
 

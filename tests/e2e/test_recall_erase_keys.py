@@ -11,10 +11,10 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from om_api.auth import create_key, hash_key
-from om_api.queries import engine_of
 from om_core.application.simulate import simulate_thread
 from om_core.application.streams import thread_stream_id
 from om_core.bootstrap import build_inline
+from testing.store import engine_of
 
 from .conftest import AUTH_A, build
 
@@ -113,7 +113,7 @@ def test_erasure_removes_everything(client: TestClient, pg_app: Any) -> None:
     assert "to-erase" not in [
         t["thread_id"] for t in client.get("/v1/threads", headers=AUTH_A).json()["threads"]
     ]
-    with engine_of(deps.store).connect() as conn:
+    with engine_of(deps).connect() as conn:
         for table in ("om_events", "om_records", "om_messages", "om_outbox"):
             n = conn.scalar(sa.text(f"select count(*) from {table} where stream_id = :s"), {"s": stream_id})
             assert n == 0, table
@@ -121,8 +121,8 @@ def test_erasure_removes_everything(client: TestClient, pg_app: Any) -> None:
 
 def test_stored_keys_and_resource_threads(client: TestClient, pg_app: Any) -> None:
     _, deps, _ = pg_app
-    key = create_key(engine_of(deps.store), "gamma", "test")
-    with engine_of(deps.store).connect() as conn:
+    key = create_key(deps.keys, "gamma", "test")
+    with engine_of(deps).connect() as conn:
         stored = conn.execute(sa.text("select key_hash, tenant from om_api_keys")).all()
     assert (hash_key(key), "gamma") in [tuple(r) for r in stored]
     assert all(key not in r[0] for r in stored)  # never stored in clear
@@ -163,6 +163,7 @@ def test_simulate_under_another_config(client: TestClient, pg_app: Any, tmp_path
     scratch.sync_wait_seconds = 0.0
     try:
         report = simulate_thread(
+            deps.records,
             deps.store,
             scratch,
             tenant="alpha",

@@ -3,6 +3,7 @@ request yields a 500 and that every response matches its documented schema."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -10,10 +11,13 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from .conftest import AUTH_A, build, scratch_postgres
+from testing.postgres import scratch_postgres
 
-_urls = scratch_postgres()
-_url = next(_urls)
+from .conftest import AUTH_A, build
+
+# built at import: schemathesis parametrizes the test from the app's schema when the module is collected
+_database = contextlib.ExitStack()
+_url = _database.enter_context(scratch_postgres(prefix="om_e2e"))
 _app, _deps, _dispatcher = build(_url)
 
 schema = schemathesis.openapi.from_asgi("/openapi.json", _app).exclude(path_regex=r".*/stream$")
@@ -23,7 +27,7 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", _app).exclude(path_rege
 def _cleanup() -> Any:
     yield
     _dispatcher.close()
-    _urls.close()
+    _database.close()
 
 
 @schema.parametrize()

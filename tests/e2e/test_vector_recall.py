@@ -55,7 +55,7 @@ def test_search_ranks_observation_groups_by_meaning_and_points_at_their_messages
 ) -> None:
     client, deps = vector_app
     converse(client, "vec-a", "person-1", 40, seed=5)
-    indexed = deps.store.load_indexed_groups("alpha", stream_ids=[thread_stream_id("alpha", "vec-a")])
+    indexed = deps.index.load_indexed_groups("alpha", stream_ids=[thread_stream_id("alpha", "vec-a")])
     assert len(indexed) >= 3, "every observation's groups are indexed"
     assert all(g.model == "om-local/hashing" and g.thread_id == "vec-a" for g in indexed)
 
@@ -87,7 +87,7 @@ def test_search_scope_follows_retrieval_scope_and_erasure_removes_the_index(
         "retrieval scope resource: the whole resource"
     )
     assert client.delete("/v1/threads/vec-b", headers=AUTH_A).status_code == 204
-    assert deps.store.load_indexed_groups("alpha", stream_ids=[thread_stream_id("alpha", "vec-b")]) == []
+    assert deps.index.load_indexed_groups("alpha", stream_ids=[thread_stream_id("alpha", "vec-b")]) == []
     after = search(client, "vec-a", "my dog Biscuit the beagle")
     assert all(t["threadId"] != "vec-b" for t in after["threads"])
 
@@ -117,7 +117,7 @@ def test_reindexing_indexes_observations_recorded_before_vectors_were_on(tmp_pat
             append_messages(deps, tenant="alpha", thread_id="old", messages=[turn.user, turn.assistant])
             get_context(deps, tenant="alpha", thread_id="old")
         stream = thread_stream_id("alpha", "old")
-        assert deps.store.load_indexed_groups("alpha", stream_ids=[stream]) == []
+        assert deps.index.load_indexed_groups("alpha", stream_ids=[stream]) == []
     finally:
         dispatcher.close()
     profile = tmp_path / "profile.json"
@@ -143,6 +143,6 @@ def test_reindexing_indexes_observations_recorded_before_vectors_were_on(tmp_pat
     assert reports[0] == reports[1] and reports[0]["groups"] >= 2
     deps, dispatcher = build_inline(database_url=url, profile=VECTOR_PROFILE)
     try:
-        assert len(deps.store.load_indexed_groups("alpha", stream_ids=[stream])) == reports[0]["groups"]
+        assert len(deps.index.load_indexed_groups("alpha", stream_ids=[stream])) == reports[0]["groups"]
     finally:
         dispatcher.close()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
@@ -24,8 +23,8 @@ import pytest
 from alembic.script import ScriptDirectory
 
 from om_core.adapters.store.migrations import alembic_config, current_revision
-from om_workers.harness import free_port, wait_for
-from tests.integration.store.conftest import create_postgres_database, drop_postgres_database
+from testing.postgres import scratch_postgres
+from testing.processes import om_server
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
@@ -136,6 +135,8 @@ def test_the_wheel_carries_every_module_and_the_migrations(installed: Install) -
     assert {f"om_migrations/{m}" for m in migrations} <= names
     # the Alembic library owns the import name "alembic"
     assert not any(name.startswith("alembic/") for name in names)
+    # what supports the tests and benchmarks stays in the checkout
+    assert not any(name.startswith(("testing/", "tests/", "bench/")) for name in names)
 
 
 def test_om_and_its_migrations_come_from_the_virtualenv_not_the_checkout(installed: Install) -> None:
@@ -161,11 +162,8 @@ def test_demo_runs(installed: Install) -> None:
 
 @pytest.fixture
 def empty_postgres_url() -> Iterator[str]:
-    url = create_postgres_database("om_test_wheel")
-    try:
+    with scratch_postgres(prefix="om_test_wheel", migrate=False) as url:
         yield url
-    finally:
-        drop_postgres_database(url)
 
 
 def test_migrate_upgrades_an_empty_postgres_database_to_head(
@@ -181,39 +179,14 @@ def test_migrate_upgrades_an_empty_postgres_database_to_head(
 def test_serve_embedded_answers_healthz(installed: Install) -> None:
     profile = installed.cwd / "profile.json"
     profile.write_text(json.dumps({"model": "om-local/extractive"}))
-    port = free_port()
-    log_path = installed.cwd / "serve.log"
-    with log_path.open("wb") as log:
-        server = subprocess.Popen(
-            [installed.om, "serve", "--embedded"],
-            cwd=installed.cwd,
-            env=installed.env(
-                OM_PROFILE=str(profile),
-                OM_DATABASE_URL=f"sqlite:///{installed.cwd / 'serve.sqlite3'}",
-                OM_HOST="127.0.0.1",
-                OM_PORT=str(port),
-            ),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def healthy() -> bool:
-        if server.poll() is not None:
-            raise AssertionError(
-                f"om serve --embedded exited with {server.returncode}:\n{log_path.read_text()}"
-            )
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    try:
-        wait_for(healthy, 90, 0.2, what="om serve --embedded answering /healthz")
-    finally:
-        server.terminate()
-        server.wait(30)
-    # uvicorn shuts down cleanly on SIGTERM, then re-raises it
-    assert server.returncode in (0, -signal.SIGTERM), log_path.read_text()
+    env = installed.env(
+        OM_PROFILE=str(profile), OM_DATABASE_URL=f"sqlite:///{installed.cwd / 'serve.sqlite3'}"
+    )
+    # om_server fails unless /healthz answers and the server stops cleanly on SIGTERM
+    with om_server(
+        ["serve", "--embedded"], env, installed.cwd / "serve.log", om=[installed.om], cwd=installed.cwd
+    ) as base:
+        assert httpx.get(f"{base}/healthz", timeout=5).json() == {"status": "ok"}
 
 
 def test_the_image_installs_the_wheel_and_copies_nothing_beside_it() -> None:

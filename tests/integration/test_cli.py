@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from om_core.adapters.models.model_ids import PROVIDERS
-from om_workers.harness import free_port, om_server
-from tests.integration.store.conftest import create_postgres_database, drop_postgres_database, postgres_server
+from testing.postgres import create_postgres_database, drop_postgres_database, postgres_server
+from testing.processes import free_port, om_server
 
 OM = [sys.executable, "-m", "om_api.cli"]
 KEY_VARIABLES = {name for provider in PROVIDERS.values() for name in provider.api_key_env}
@@ -129,8 +129,8 @@ def test_serve_with_several_processes_answers_turns(tmp_path: Path) -> None:
     import httpx
 
     from om_core.adapters.store.migrations import upgrade_to_head
-    from om_workers.harness import om_server
-    from tests.integration.store.conftest import create_postgres_database, drop_postgres_database
+    from testing.postgres import create_postgres_database, drop_postgres_database
+    from testing.processes import om_server
 
     url = create_postgres_database("om_test_serve")
     try:

@@ -24,16 +24,15 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from om_core.adapters.models.litellm_gateway import LiteLLMGateway
 from om_core.adapters.store.migrations import upgrade_to_head
-from om_core.adapters.store.sql_store import create_event_store
 from om_core.application.append import append_messages, configure_thread
 from om_core.application.configuration import record_config
 from om_core.application.context import ObservationFailedError, get_context
-from om_core.application.deps import Deps
 from om_core.application.ports import WorkDispatcher
 from om_core.application.projections import canonical
 from om_core.application.repository import load_state, replay_state, snapshot_of
 from om_core.application.streams import thread_stream_id
 from om_core.application.work import WorkOutcome, run_task
+from om_core.bootstrap import build_deps
 from om_core.domain import policy
 from om_core.domain.envelope import TaskRequest
 from om_core.domain.events import (
@@ -116,14 +115,11 @@ class EngineMachine(RuleBasedStateMachine):
         self.path = migrated_database()
         self.tasks = HeldTasks()
         self.clock = Clock()
-        self.deps = Deps(
-            store=create_event_store(f"sqlite:///{self.path}"),
-            models=GATEWAY,
-            dispatcher=self.tasks,
-            profile=PROFILE,
-            clock=self.clock,
-            sync_wait_seconds=0.0,
+        self.deps = build_deps(
+            database_url=f"sqlite:///{self.path}", dispatcher=self.tasks, profile=PROFILE, models=GATEWAY
         )
+        self.deps.clock = self.clock
+        self.deps.sync_wait_seconds = 0.0
         configure_thread(self.deps, tenant=TENANT, thread_id=THREAD)
         self.appended: list[str] = []
         self.next_id = 0
@@ -176,12 +172,12 @@ class EngineMachine(RuleBasedStateMachine):
     def resend_last_message(self) -> None:
         if not self.appended:
             return
-        state = load_state(self.deps.store, STREAM)
-        stored = self.deps.store.read_messages(STREAM, limit=1000)
+        state = load_state(self.deps.records, self.deps.store, STREAM)
+        stored = self.deps.messages.read_messages(STREAM, limit=1000)
         last = next(m for m in stored if m.message_id == self.appended[-1])
         outcome = append_messages(self.deps, tenant=TENANT, thread_id=THREAD, messages=[last.message])
         assert outcome.duplicates == [self.appended[-1]] and not outcome.appended
-        assert load_state(self.deps.store, STREAM).version == state.version
+        assert load_state(self.deps.records, self.deps.store, STREAM).version == state.version
 
     @rule(mode=st.sampled_from(sorted(FAILURE_MODES)))
     def set_failure_mode(self, mode: str) -> None:
@@ -208,10 +204,10 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def deliver_a_task_again(self, data: st.DataObject) -> None:
         task = data.draw(st.sampled_from(self.tasks.delivered))
-        before = load_state(self.deps.store, STREAM)
+        before = load_state(self.deps.records, self.deps.store, STREAM)
         outcome = run_task(self.deps, task.task_name, task.payload["stream_id"], task.payload["cycle_id"])
         assert outcome in (WorkOutcome.DUPLICATE, WorkOutcome.STALE)
-        after = load_state(self.deps.store, STREAM)
+        after = load_state(self.deps.records, self.deps.store, STREAM)
         assert after.observed_seq == before.observed_seq and after.log == before.log
         assert after.chunks == before.chunks
 
@@ -230,7 +226,7 @@ class EngineMachine(RuleBasedStateMachine):
             return
         if not wait or self.failure != "normal":
             return
-        state = load_state(self.deps.store, STREAM)
+        state = load_state(self.deps.records, self.deps.store, STREAM)
         limits = policy.resolve_limits(record_config(self.deps.profile, state), state)
         assert limits.block_after is not None
         assert window.pending_tokens < limits.block_after, "a waited read returned a window over blockAfter"
@@ -239,7 +235,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_message_reaches_the_context_exactly_once(self) -> None:
-        state = load_state(self.deps.store, STREAM)
+        state = load_state(self.deps.records, self.deps.store, STREAM)
         window_ids = [m.message_id for m in state.window if m.kind == "message"]
         events = [from_recorded(r) for r in self.deps.store.read_stream(STREAM)]
         chunk_ids: dict[str, list[str]] = {}
@@ -257,7 +253,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_cursor_never_moves_backwards(self) -> None:
-        state = load_state(self.deps.store, STREAM)
+        state = load_state(self.deps.records, self.deps.store, STREAM)
         assert state.observed_seq >= self.cursor
         self.cursor = state.observed_seq
         if state.chunks:
@@ -267,7 +263,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_start_is_closed_once(self) -> None:
-        state = load_state(self.deps.store, STREAM)
+        state = load_state(self.deps.records, self.deps.store, STREAM)
         events = [from_recorded(r) for r in self.deps.store.read_stream(STREAM)]
         closure = cycle_closure(events, record_config(self.deps.profile, state))
         assert not closure.closed_twice and not closure.started_twice and not closure.closed_unstarted
@@ -281,7 +277,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @invariant()
     def replay_reproduces_the_projection(self) -> None:
-        stored = self.deps.store.load_snapshot(STREAM)
+        stored = self.deps.records.load_snapshot(STREAM)
         assert stored is not None and stored.state is not None
         rebuilt = replay_state(self.deps.store, STREAM)
         assert stored.version == rebuilt.version
@@ -289,10 +285,10 @@ class EngineMachine(RuleBasedStateMachine):
         assert isinstance(expected, str)
         assert canonical(json.loads(stored.state)) == canonical(json.loads(expected))
         # read back without any cache: the row plus the window's messages from the message projection
-        uncached = load_state(self.deps.store, STREAM)
+        uncached = load_state(self.deps.records, self.deps.store, STREAM)
         assert canonical(uncached.to_json()) == canonical(rebuilt.to_json())
         # the process's cached state (what the use cases started from) was never changed behind its back
-        cached = load_state(self.deps.store, STREAM, self.deps.states)
+        cached = load_state(self.deps.records, self.deps.store, STREAM, self.deps.states)
         assert cached.version == rebuilt.version
         assert canonical(cached.to_json()) == canonical(rebuilt.to_json())
 

@@ -50,7 +50,7 @@ def test_extracted_values_reach_context_and_metadata(tmp_path: Path) -> None:
             ],
         )
     window = get_context(deps, tenant="a", thread_id="t")
-    state = load_state(deps.store, thread_stream_id("a", "t"))
+    state = load_state(deps.records, deps.store, thread_stream_id("a", "t"))
     assert state.stats.sync_observations >= 1
     assert "home-city" in state.extracted and "Lisbon" in str(state.extracted["home-city"])
     assert isinstance(state.extracted.get("pets"), dict)  # the schema extractor answered valid JSON

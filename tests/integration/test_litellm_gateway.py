@@ -11,18 +11,14 @@ from om_core.adapters.models.litellm_gateway import (
     is_transient,
     load_litellm,
 )
-from om_core.adapters.models.om_local import (
-    DEGENERATE_OUTPUT,
-    EMPTY_OBSERVATIONS,
-    OBSERVER_HISTORY_HEADING,
-    TRANSCRIPT_END_MARKER,
-)
+from om_core.adapters.models.om_local import DEGENERATE_OUTPUT, EMPTY_OBSERVATIONS
 from om_core.application.ports import (
     ModelConfigurationError,
     ModelRequest,
     PermanentModelError,
     TransientModelError,
 )
+from om_core.domain.prompts import OBSERVER_HISTORY_HEADING, TRANSCRIPT_END_MARKER
 
 TRANSCRIPT = """Jan 5 2026:
 User (2:30 PM): My name is Priya Raman and I live in Lisbon.

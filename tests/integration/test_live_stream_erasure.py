@@ -65,9 +65,8 @@ async def _follow(deps: Deps, between: Callable[[], object]) -> list[str]:
         return False
 
     stream = event_stream(
-        deps.store,
+        deps,
         STREAM,
-        dict(deps.profile),
         last_position=None,
         is_disconnected=connected,
         poll_interval=0.01,
@@ -87,7 +86,7 @@ async def _follow(deps: Deps, between: Callable[[], object]) -> list[str]:
 
 
 def _open_cycles(deps: Deps) -> list[str]:
-    state = load_state(deps.store, STREAM)
+    state = load_state(deps.records, deps.store, STREAM)
     return [
         f.cycle_id for f in (state.buffer_in_flight, state.sync_in_flight, state.reflection_in_flight) if f
     ]
@@ -116,13 +115,13 @@ def test_a_thread_created_again_is_not_folded_onto_the_erased_one(deps: Deps) ->
     _turns(deps, 0, 5)
     in_flight = _open_cycles(deps)
     assert in_flight, "the scenario needs a cycle in flight"
-    old_version = load_state(deps.store, STREAM).version
+    old_version = load_state(deps.records, deps.store, STREAM).version
 
     def erase_and_recreate() -> None:
         erase_thread(deps, tenant=TENANT, thread_id=THREAD)
         configure_thread(deps, tenant=TENANT, thread_id=THREAD)
         _turns(deps, 100, 8)  # more events than the erased lineage had
-        assert load_state(deps.store, STREAM).version > old_version
+        assert load_state(deps.records, deps.store, STREAM).version > old_version
 
     chunks = asyncio.run(_follow(deps, erase_and_recreate))
     # only the old lineage's open cycles, closed; no part of the new thread, whose events would not fold

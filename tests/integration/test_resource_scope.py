@@ -68,7 +68,7 @@ def test_sync_observation_batches_threads_and_keeps_them_apart(tmp_path: Path) -
                 messages=[say(thread, i, f"{text} Note {i}.")],
             )
     window = get_context(deps, tenant="a", thread_id="alpha")
-    state = load_state(deps.store, resource_stream_id("a", "r1"))
+    state = load_state(deps.records, deps.store, resource_stream_id("a", "r1"))
     assert state.stats.sync_observations >= 1
     assert state.stats.observer_calls >= 2  # three threads over 120 tokens a batch
     log = state.log_text()
@@ -88,7 +88,7 @@ def test_resource_scope_needs_a_resource_and_takes_no_thread_overrides(tmp_path:
         get_context(deps, tenant="a", thread_id="nobody")
     configure_thread(deps, tenant="a", thread_id="alpha", resource_id="r1")
     append_messages(deps, tenant="a", thread_id="alpha", messages=[say("alpha", 1, "hello")])
-    assert load_state(deps.store, resource_stream_id("a", "r1")).stats.messages == 1
+    assert load_state(deps.records, deps.store, resource_stream_id("a", "r1")).stats.messages == 1
 
 
 def test_retrieval_mode_wraps_groups_with_their_message_range(tmp_path: Path) -> None:

@@ -27,8 +27,8 @@ from bench.soak_checks import (
     check_erased_threads,
     check_live_threads,
 )
+from om_core.adapters.store import SqlEventStore, create_event_store
 from om_core.adapters.store.migrations import upgrade_to_head
-from om_core.adapters.store.sql_store import SqlEventStore, create_event_store
 from om_core.domain.events import (
     DomainEvent,
     MessageAppended,

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from om_core.adapters.store.migrations import upgrade_to_head
 from om_core.application.append import append_messages, configure_thread
 from om_core.application.context import ObservationFailedError, get_context
 from om_core.application.deps import Deps
@@ -22,7 +21,7 @@ from om_core.application.streams import RecordNotFoundError, thread_stream_id
 from om_core.bootstrap import build_inline
 from om_core.domain.config import ConfigError
 from om_core.domain.message_input import MessageValidationError
-from tests.integration.store.conftest import create_postgres_database, drop_postgres_database
+from testing.postgres import scratch_postgres
 
 PROFILE: dict[str, Any] = {
     "model": "om-local/extractive",
@@ -40,14 +39,10 @@ def deps(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deps]:
         yield built
         dispatcher.close()
         return
-    url = create_postgres_database("om_test_usecases")
-    try:
-        upgrade_to_head(url)
+    with scratch_postgres(prefix="om_test_usecases") as url:
         built, dispatcher = build_inline(database_url=url, profile=PROFILE, migrate=False)
         yield built
         dispatcher.close()
-    finally:
-        drop_postgres_database(url)
 
 
 def user(i: int, text: str | None = None) -> dict[str, Any]:
@@ -65,7 +60,7 @@ def test_append_counts_tokens_once_and_reports_duplicates(deps: Deps) -> None:
     assert all(m.tokens > 10 for m in first.appended)
     again = append_messages(deps, tenant="a", thread_id="t", messages=[user(2), user(3)])
     assert again.duplicates == ["u2"] and [m.message_id for m in again.appended] == ["u3"]
-    state = load_state(deps.store, thread_stream_id("a", "t"))
+    state = load_state(deps.records, deps.store, thread_stream_id("a", "t"))
     assert [m.message_id for m in state.window] == ["u1", "u2", "u3"]
 
 
@@ -75,7 +70,7 @@ def test_untimed_resend_is_a_duplicate_and_changed_content_a_conflict(deps: Deps
     assert append_messages(deps, tenant="a", thread_id="t", messages=[untimed]).duplicates == ["x"]
     with pytest.raises(MessageConflictError):
         append_messages(deps, tenant="a", thread_id="t", messages=[{**untimed, "content": "changed"}])
-    assert load_state(deps.store, thread_stream_id("a", "t")).stats.messages == 1
+    assert load_state(deps.records, deps.store, thread_stream_id("a", "t")).stats.messages == 1
 
 
 def test_a_bad_message_rejects_the_whole_request_and_stores_nothing(deps: Deps) -> None:
@@ -101,10 +96,10 @@ def test_long_conversation_stays_bounded_and_replays_exactly(deps: Deps) -> None
         append_messages(deps, tenant="a", thread_id="t", messages=[user(i)])
         window = get_context(deps, tenant="a", thread_id="t")
         assert window.pending_tokens < 780  # blockAfter = 1.3 × 600
-    state = load_state(deps.store, thread_stream_id("a", "t"))
+    state = load_state(deps.records, deps.store, thread_stream_id("a", "t"))
     assert state.stats.activations >= 1 and state.observation_tokens > 0
     assert canonical(replay_state(deps.store, state.stream_id).to_json()) == canonical(state.to_json())
-    report = rebuild_projections(deps.store, verify_only=True)
+    report = rebuild_projections(deps.records, deps.store, verify_only=True)
     assert report.mismatched == [] and report.identical >= 1
 
 
@@ -138,7 +133,7 @@ def test_failure_policy_abort_fails_the_read_and_keeps_every_message(deps: Deps)
         append_messages(deps, tenant="a", thread_id="t", messages=[user(i)])
     with pytest.raises(ObservationFailedError):
         get_context(deps, tenant="a", thread_id="t")
-    state = load_state(deps.store, thread_stream_id("a", "t"))
+    state = load_state(deps.records, deps.store, thread_stream_id("a", "t"))
     assert len(state.window) == 40 and state.observed_seq == 0
     configure_thread(deps, tenant="a", thread_id="t", config={})  # the model recovers
     window = get_context(deps, tenant="a", thread_id="t")
@@ -151,7 +146,7 @@ def test_failure_policy_continue_returns_the_window_with_a_warning(deps: Deps) -
         append_messages(deps, tenant="a", thread_id="t", messages=[user(i)])
     window = get_context(deps, tenant="a", thread_id="t")
     assert window.pending_tokens >= 780 and window.warnings
-    assert load_state(deps.store, thread_stream_id("a", "t")).stats.over_budget_returns == 1
+    assert load_state(deps.records, deps.store, thread_stream_id("a", "t")).stats.over_budget_returns == 1
 
 
 def test_two_writers_on_one_thread_lose_nothing(deps: Deps) -> None:
@@ -170,7 +165,7 @@ def test_two_writers_on_one_thread_lose_nothing(deps: Deps) -> None:
     for t in threads:
         t.join()
     assert not errors
-    state = load_state(deps.store, thread_stream_id("a", "t"))
+    state = load_state(deps.records, deps.store, thread_stream_id("a", "t"))
     events = deps.store.read_stream(state.stream_id)
     assert [e.stream_version for e in events] == list(range(1, len(events) + 1))
     appended = [e.data["message_id"] for e in events if e.event_type == "MessageAppended"]
@@ -184,10 +179,12 @@ def test_a_snapshot_of_an_older_shape_is_rebuilt_from_events(deps: Deps) -> None
     for i in range(5):
         append_messages(deps, tenant="a", thread_id="t", messages=[user(i)])
     stream_id = thread_stream_id("a", "t")
-    expected = load_state(deps.store, stream_id)
+    expected = load_state(deps.records, deps.store, stream_id)
     old_shape = {**expected.to_json(), "window": [{"seq": 1, "message": {"legacy": True}}]}
-    deps.store.replace_snapshot(stream_id, StateSnapshot(old_shape, "a", "t", None), expected.version)
-    assert canonical(load_state(deps.store, stream_id).to_json()) == canonical(expected.to_json())
+    deps.records.replace_snapshot(stream_id, StateSnapshot(old_shape, "a", "t", None), expected.version)
+    assert canonical(load_state(deps.records, deps.store, stream_id).to_json()) == canonical(
+        expected.to_json()
+    )
     assert len(get_context(deps, tenant="a", thread_id="t").messages) == 5
 
 
@@ -199,15 +196,16 @@ def test_a_process_sees_what_another_process_wrote_through_its_state_cache(deps:
     try:
         append_messages(deps, tenant="a", thread_id="t", messages=[user(1)])
         assert [
-            m.message_id for m in load_state(other.store, thread_stream_id("a", "t"), other.states).window
+            m.message_id
+            for m in load_state(other.records, other.store, thread_stream_id("a", "t"), other.states).window
         ] == ["u1"]
         append_messages(other, tenant="a", thread_id="t", messages=[user(2)])
-        mine = load_state(deps.store, thread_stream_id("a", "t"), deps.states)
+        mine = load_state(deps.records, deps.store, thread_stream_id("a", "t"), deps.states)
         assert [m.message_id for m in mine.window] == ["u1", "u2"]
         # erased by one process and started again: the other's cached state of the old thread is not used
         assert deps.store.delete_stream(thread_stream_id("a", "t")) > 0
         append_messages(deps, tenant="a", thread_id="t", messages=[user(3)])
-        again = load_state(other.store, thread_stream_id("a", "t"), other.states)
+        again = load_state(other.records, other.store, thread_stream_id("a", "t"), other.states)
         assert [m.message_id for m in again.window] == ["u3"] and again.stats.messages == 1
     finally:
         dispatcher.close()
@@ -226,22 +224,25 @@ def test_a_record_read_back_from_its_row_and_message_rows_equals_a_fresh_fold(de
         message["createdAt"] = f"2026-03-{2 + i // 24:02d}T{i % 24:02d}:00:00Z"
         append_messages(deps, tenant="a", thread_id="rows", messages=[message])
         get_context(deps, tenant="a", thread_id="rows")
-        uncached = load_state(deps.store, stream)
+        uncached = load_state(deps.records, deps.store, stream)
         assert canonical(uncached.to_json()) == canonical(replay_state(deps.store, stream).to_json())
-    state = load_state(deps.store, stream)
+    state = load_state(deps.records, deps.store, stream)
     assert state.stats.activations + state.stats.sync_observations >= 1, "messages were observed meanwhile"
     assert state.log, "observations reached the log"
     assert state.generation >= 1, "a reflection replaced the log meanwhile"
     # the row holds this log: the next write leaves it out; a change of the log puts it in again
     assert snapshot_of(state, "a").log is None
-    assert snapshot_of(load_state(deps.store, stream, deps.states), "a").log is None
+    assert snapshot_of(load_state(deps.records, deps.store, stream, deps.states), "a").log is None
     assert snapshot_of(replay_state(deps.store, stream), "a").log is not None
     assert any(m.kind == "marker" for m in state.window) and any(m.kind == "message" for m in state.window)
-    stored = deps.store.load_snapshot(stream)
+    stored = deps.records.load_snapshot(stream)
     assert stored is not None and stored.state is not None
     kinds = {m["kind"] for m in json.loads(stored.state)["window"]}
     assert kinds == {"marker"}
-    assert rebuild_projections(deps.store, verify_only=True, prefix="a/thread/rows").mismatched == []
+    assert (
+        rebuild_projections(deps.records, deps.store, verify_only=True, prefix="a/thread/rows").mismatched
+        == []
+    )
 
 
 def test_a_message_row_missing_from_the_window_falls_back_to_the_events_and_verify_flags_it(
@@ -249,17 +250,19 @@ def test_a_message_row_missing_from_the_window_falls_back_to_the_events_and_veri
 ) -> None:
     import sqlalchemy as sa
 
-    from om_api.queries import engine_of
+    from testing.store import engine_of
 
     stream = thread_stream_id("a", "gap")
     append_messages(deps, tenant="a", thread_id="gap", messages=[user(1), user(2), user(3)])
-    with engine_of(deps.store).begin() as conn:
+    with engine_of(deps).begin() as conn:
         conn.execute(
             sa.text("DELETE FROM om_messages WHERE stream_id = :s AND message_id = 'u2'"), {"s": stream}
         )
-    read_back = load_state(deps.store, stream)
+    read_back = load_state(deps.records, deps.store, stream)
     assert [m.message_id for m in read_back.window] == ["u1", "u2", "u3"]
-    assert rebuild_projections(deps.store, verify_only=True, prefix="a/thread/gap").mismatched == [stream]
+    assert rebuild_projections(
+        deps.records, deps.store, verify_only=True, prefix="a/thread/gap"
+    ).mismatched == [stream]
 
 
 def test_a_reader_beside_a_writer_never_folds_the_stream(deps: Deps) -> None:
@@ -284,7 +287,7 @@ def test_a_reader_beside_a_writer_never_folds_the_stream(deps: Deps) -> None:
     try:
         while not done.is_set():
             # no cache: every read takes the row and its window from the database
-            state = load_state(deps.store, stream)
+            state = load_state(deps.records, deps.store, stream)
             seqs = [m.seq for m in state.window]
             assert seqs == list(range(state.observed_seq + 1, state.next_seq))
             reads += 1

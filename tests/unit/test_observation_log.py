@@ -6,11 +6,13 @@ from hypothesis import strategies as st
 
 from om_core.domain.observation_log import (
     TruncationResult,
+    is_truncation_marker,
     observation_group_id,
     optimize_observations_for_context,
     render_groups_for_context,
     strip_group_tags,
     truncate_previous_observations,
+    truncation_marker,
     wrap_observation_group,
 )
 
@@ -181,3 +183,9 @@ def test_groups_wrap_render_and_strip() -> None:
         f"## Group `{'f' * 16}`\n_range: `m10:m12`_\n\n* 🔴 b"
     )
     assert strip_group_tags(log) == "* 🔴 a\n\n* 🔴 b\n"
+
+
+def test_a_truncation_marker_is_recognised_as_written_and_only_as_a_whole_line() -> None:
+    assert is_truncation_marker(truncation_marker(37))
+    assert not is_truncation_marker(f"* 🔴 (12:00) {truncation_marker(3)}")
+    assert not is_truncation_marker("[many observations truncated here]")

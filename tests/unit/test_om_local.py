@@ -7,13 +7,6 @@ import pytest
 from om_core.adapters.models.om_local import (
     DEGENERATE_OUTPUT,
     EMPTY_OBSERVATIONS,
-    EXTRACTOR_SECTIONS_LINE_PREFIX,
-    OBSERVER_HISTORY_HEADING,
-    PREVIOUS_OBSERVATIONS_HEADING,
-    PRIOR_METADATA_HEADING,
-    REFLECTOR_END_MARKER,
-    REFLECTOR_OBSERVATIONS_HEADING,
-    TRANSCRIPT_END_MARKER,
     OmLocalOptions,
     OmLocalRequestError,
     OmLocalTransientError,
@@ -25,7 +18,17 @@ from om_core.adapters.models.om_local import (
     resolve_relative_dates,
     respond,
 )
-from om_core.domain.prompts import build_observer_request, build_reflector_request
+from om_core.domain.prompts import (
+    EXTRACTOR_SECTIONS_LINE_PREFIX,
+    OBSERVER_HISTORY_HEADING,
+    PREVIOUS_OBSERVATIONS_HEADING,
+    PRIOR_METADATA_HEADING,
+    REFLECTOR_END_MARKER,
+    REFLECTOR_OBSERVATIONS_HEADING,
+    TRANSCRIPT_END_MARKER,
+    build_observer_request,
+    build_reflector_request,
+)
 
 SYSTEM = "You are the Observer, the memory consciousness of an assistant."
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from om_core.domain.config import ConfigError, parse_memory_config
 from om_core.domain.message_input import normalize_message
 from om_core.domain.messages import Message
 from om_core.domain.tokens import (
@@ -359,6 +360,15 @@ print("litellm" in sys.modules)
     assert bundled is not None
     assert bundled.parts[-3:] == ("litellm", "litellm_core_utils", "tokenizers")
     assert out == ["2", str(bundled), "False"]
+
+
+def test_a_config_may_name_exactly_the_encodings_the_tokenizer_knows() -> None:
+    known = ("o200k_base", "o200k_harmony", "cl100k_base", "p50k_base", "p50k_edit", "r50k_base")
+    for encoding in known:
+        assert parse_memory_config({"tokenizer": f"tiktoken:{encoding}"}).tokenizer == f"tiktoken:{encoding}"
+    # tiktoken has gpt2, but not as one encoding file: a config naming it could never count a message
+    with pytest.raises(ConfigError, match="tokenizer"):
+        parse_memory_config({"tokenizer": "tiktoken:gpt2"})
 
 
 def test_tiktoken_fails_clearly_when_an_encoding_is_not_available_offline(

@@ -1,9 +1,9 @@
 """``om-local/extractive``: a deterministic model that observes, reflects and extracts with no network.
 
-It reads the requests built by ``om_core.domain.prompts`` (the headings and markers below are that contract)
-and answers in the Observer/Reflector output format: user facts near-verbatim, questions, assistant outcomes
-and tool results, relative dates resolved against the transcript's dates. The Reflector condenses by
-priority and compression level while keeping every fact that carries a name or a number.
+It reads the requests built by ``om_core.domain.prompts`` by that module's own headings, markers and line
+templates, and answers in the Observer/Reflector output format: user facts near-verbatim, questions,
+assistant outcomes and tool results, relative dates resolved against the transcript's dates. The Reflector
+condenses by priority and compression level while keeping every fact that carries a name or a number.
 
 Everything here is pure Python and imports nothing of litellm: the litellm handler that wraps ``respond``,
 and its registration, live in ``om_local_llm``, which imports this module and is never imported by it.
@@ -11,12 +11,9 @@ and its registration, live in ``om_local_llm``, which imports this module and is
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import importlib.util
 import itertools
 import json
-import os
 import random
 import re
 import time
@@ -25,21 +22,22 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any, Literal
 
-import tiktoken
-
-OM_LOCAL_PROVIDER = "om-local"
-
-# The system prompt lists the inline extractors the Observer must answer, one line: ``Extractor sections:
-# slug1, slug2``. Their instructions are the ``## <slug>: name`` entries of the same prompt.
-EXTRACTOR_SECTIONS_LINE_PREFIX = "Extractor sections:"
-
-PREVIOUS_OBSERVATIONS_HEADING = "## Previous observations"
-PRIOR_METADATA_HEADING = "## Prior thread metadata"
-OBSERVER_HISTORY_HEADING = "## New message history to observe"
-TRANSCRIPT_END_MARKER = "--- end of message history ---"
-REFLECTOR_OBSERVATIONS_HEADING = "## Observations to reflect on"
-REFLECTOR_END_MARKER = "--- end of observations ---"
-EXTRACTOR_END_MARKER = "--- end of input ---"
+from om_core.domain.config import DEFAULT_TOKENIZER
+from om_core.domain.observation_log import is_truncation_marker
+from om_core.domain.prompts import (
+    EXTRACTOR_END_MARKER,
+    EXTRACTOR_SECTIONS_LINE_PREFIX,
+    OBSERVER_HISTORY_HEADING,
+    PREVIOUS_VALUE_HEADING,
+    PRIOR_METADATA_HEADING,
+    REFLECTOR_END_MARKER,
+    REFLECTOR_LEVEL_LINE,
+    REFLECTOR_OBSERVATIONS_HEADING,
+    REFLECTOR_TARGET_LINE,
+    TRANSCRIPT_END_MARKER,
+)
+from om_core.domain.thresholds import MAX_COMPRESSION_LEVEL
+from om_core.domain.tokens import make_tokenizer
 
 EMPTY_OBSERVATIONS = "<observations>\n</observations>"
 
@@ -62,21 +60,10 @@ class OmLocalTransientError(RuntimeError):
 # --- tokens ----------------------------------------------------------------------------------------------
 
 
-@functools.cache
-def _encoding() -> tiktoken.Encoding:
-    # litellm ships o200k_base under tiktoken's cache name; pointing the cache there keeps tiktoken offline.
-    spec = importlib.util.find_spec("litellm")
-    if spec is not None and spec.submodule_search_locations:
-        package_dir = next(iter(spec.submodule_search_locations))
-        os.environ.setdefault(
-            "TIKTOKEN_CACHE_DIR", os.path.join(package_dir, "litellm_core_utils", "tokenizers")
-        )
-    return tiktoken.get_encoding("o200k_base")
-
-
 def count_tokens(text: str) -> int:
-    """o200k_base tokens, the service's default tokenizer: Reflector targets land where they are measured."""
-    return len(_encoding().encode(text, disallowed_special=()))
+    """Tokens by the service's default tokenizer, so Reflector targets land where they are measured (the
+    encoding is loaded offline, once per process, by ``om_core.domain.tokens``)."""
+    return make_tokenizer(DEFAULT_TOKENIZER).count(text)
 
 
 # --- dates and sentences ---------------------------------------------------------------------------------
@@ -279,6 +266,22 @@ def _looks_like_code(line: str) -> bool:
 
 
 # --- request sections ------------------------------------------------------------------------------------
+
+
+def _template_line(template: str, value: str) -> re.Pattern[str]:
+    """A line of a prompt template with one ``{field}``, as a pattern capturing the field's ``value``."""
+    head, tail = re.split(r"\{\w+\}", template)
+    return re.compile(rf"^{re.escape(head)}({value}){re.escape(tail)}", re.M)
+
+
+_TARGET_LINE = _template_line(REFLECTOR_TARGET_LINE, r"[\d,_]+")
+_LEVEL_LINE = _template_line(REFLECTOR_LEVEL_LINE, r"\d")
+# where the observations end: the first of these lines
+_REFLECTOR_INPUT_ENDS = (
+    REFLECTOR_TARGET_LINE.partition("{")[0],
+    REFLECTOR_LEVEL_LINE.partition("{")[0],
+    REFLECTOR_END_MARKER,
+)
 
 
 def _section(text: str, heading: str, ends: Sequence[str]) -> str | None:
@@ -646,7 +649,6 @@ def observe_transcript(user_prompt: str, system_prompt: str) -> str:
 
 _OBS_LINE = re.compile(r"^\s*[*-]\s*(🔴|🟡|🟢|✅)\s*(?:\((\d{1,2}:\d{2})\)\s*)?(.*)$")
 _DATE_LINE = re.compile(r"^Date:\s*([A-Z][a-z]{2})[a-z]*\.? (\d{1,2}),? (\d{4})")
-_TRUNCATION_PLACEHOLDER = re.compile(r"^\[\d+ observations? truncated here\]$")
 _ANNOTATION = re.compile(r"\s*\((?:meaning|estimated) [^)]*\)")
 _SPEAKER_PREFIX = re.compile(r"^((?:User|Assistant)(?: said| asked| requested)?:\s*)")
 _CLAUSE_SEPARATOR = re.compile(
@@ -699,7 +701,7 @@ def _parse_observation_log(text: str) -> list[_Segment]:
     last: _Line | None = None
     for raw in text.splitlines():
         line = raw.strip()
-        if not line or line in ("<observations>", "</observations>") or _TRUNCATION_PLACEHOLDER.match(line):
+        if not line or line in ("<observations>", "</observations>") or is_truncation_marker(line):
             continue
         opened = _THREAD_OPEN.match(line)
         if opened or line == "</thread>":
@@ -878,17 +880,13 @@ def _fit_to_target(segments: list[_Segment], target: int) -> list[_Segment]:
 
 def reflect_observations(user_prompt: str) -> str:
     """The Reflector's reply to a request built by ``om_core.domain.prompts.build_reflector_request``."""
-    log = _section(
-        user_prompt,
-        REFLECTOR_OBSERVATIONS_HEADING,
-        ["Target size:", "Compression level:", REFLECTOR_END_MARKER],
-    )
+    log = _section(user_prompt, REFLECTOR_OBSERVATIONS_HEADING, _REFLECTOR_INPUT_ENDS)
     if log is None:
         raise OmLocalRequestError(f"reflector request without a {REFLECTOR_OBSERVATIONS_HEADING!r} section")
-    target_match = re.search(r"^Target size: at most ([\d,_]+) tokens", user_prompt, re.M)
-    level_match = re.search(r"^Compression level: (\d)/4", user_prompt, re.M)
+    target_match = _TARGET_LINE.search(user_prompt)
+    level_match = _LEVEL_LINE.search(user_prompt)
     target = int(re.sub(r"[,_]", "", target_match.group(1))) if target_match else None
-    level = min(4, int(level_match.group(1))) if level_match else 0
+    level = min(MAX_COMPRESSION_LEVEL, int(level_match.group(1))) if level_match else 0
 
     segments = _parse_observation_log(log)
     if not segments:
@@ -912,7 +910,7 @@ def reflect_observations(user_prompt: str) -> str:
 
 def _candidate_sentences(prompt: str) -> list[str]:
     """What the user said (transcript lines), else the observation lines, else every line."""
-    previous = _section(prompt, "## Previous value", ["## ", EXTRACTOR_END_MARKER])
+    previous = _section(prompt, PREVIOUS_VALUE_HEADING, ["## ", EXTRACTOR_END_MARKER])
     if previous is not None:
         prompt = prompt.replace(previous, "")
     said: list[str] = []
@@ -927,7 +925,7 @@ def _candidate_sentences(prompt: str) -> list[str]:
 
 
 def _previous_value(prompt: str) -> Any:
-    raw = _section(prompt, "## Previous value", ["## ", EXTRACTOR_END_MARKER])
+    raw = _section(prompt, PREVIOUS_VALUE_HEADING, ["## ", EXTRACTOR_END_MARKER])
     if raw is None:
         return None
     try:

@@ -11,9 +11,9 @@ from litellm.exceptions import BadRequestError, RateLimitError, ServiceUnavailab
 from litellm.llms.custom_llm import CustomLLM
 from litellm.types.utils import EmbeddingResponse, ModelResponse, Usage
 
+from om_core.adapters.models.model_ids import OM_LOCAL_PROVIDER
 from om_core.adapters.models.om_local import (
     HASHING_EMBEDDER,
-    OM_LOCAL_PROVIDER,
     OmLocalOptions,
     OmLocalRequestError,
     OmLocalTransientError,

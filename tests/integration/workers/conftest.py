@@ -26,25 +26,15 @@ from om_core.application.streams import thread_stream_id
 from om_core.domain.envelope import RecordedEvent
 from om_core.settings import ServerSettings
 from om_workers.app import create_app
-from om_workers.harness import (
-    CeleryProcess,
-    beat_process,
-    memory_profile,
-    process_env,
-    scratch_postgres,
-    worker_process,
-)
-from om_workers.harness import (
-    filler_message as message,
-)
 from om_workers.settings import WorkerSettings
 from om_workers.tasks import build_worker_deps
+from testing.conversations import filler_message as message
+from testing.conversations import memory_profile
+from testing.postgres import scratch_postgres
+from testing.processes import CeleryProcess, beat_process, process_env, worker_process
 
 pytestmark = pytest.mark.integration
 
-ADMIN_URL = os.environ.get(
-    "OM_TEST_ADMIN_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
 REDIS_URL = os.environ.get("OM_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
 TENANT = "t"
 
@@ -118,7 +108,7 @@ class Cluster:
         for process in self.processes:
             process.kill()
         if self._deps is not None:
-            getattr(self._deps.store, "inner", self._deps.store).close()
+            self._deps.close()
 
     # --- conversation helpers -------------------------------------------------------------------------
 
@@ -146,12 +136,12 @@ class Cluster:
         raise AssertionError("no buffer was requested")
 
     def state(self, thread: str) -> Any:
-        return load_state(self.deps.store, self.stream(thread))
+        return load_state(self.deps.records, self.deps.store, self.stream(thread))
 
 
 @pytest.fixture
 def database_url() -> Iterator[str]:
-    with scratch_postgres(ADMIN_URL) as url:
+    with scratch_postgres(prefix="om_workers") as url:
         yield url
 
 

@@ -12,7 +12,8 @@ from om_core.adapters.store.schema import events, indexed_groups, messages, outb
 from om_core.application.append import append_messages
 from om_core.application.erase import erase_thread
 from om_core.application.projections import rebuild_projections
-from om_workers.harness import wait_for
+from testing.processes import wait_for
+from testing.store import engine_of
 
 from .conftest import TENANT, Cluster, message
 
@@ -20,7 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def rows_of(cluster: Cluster, stream: str) -> dict[str, int]:
-    engine = getattr(cluster.deps.store, "inner", cluster.deps.store).engine
+    engine = engine_of(cluster.deps)
     with engine.connect() as conn:
         return {
             table.name: int(
@@ -56,4 +57,4 @@ def test_an_erased_thread_stays_erased_while_its_work_finishes_and_can_be_create
     recreated = cluster.events(thread)
     assert [e.stream_version for e in recreated] == list(range(1, again.version + 1))
     assert [e.data["message_id"] for e in recreated if e.event_type == "MessageAppended"] == [f"{thread}-0"]
-    assert rebuild_projections(cluster.deps.store, verify_only=True).mismatched == []
+    assert rebuild_projections(cluster.deps.records, cluster.deps.store, verify_only=True).mismatched == []

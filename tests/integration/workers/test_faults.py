@@ -17,7 +17,7 @@ from om_core.application.repository import replay_state
 from om_core.domain.events import effect_event_id
 from om_core.domain.policy import resolve_limits
 from om_workers.dispatcher import publish
-from om_workers.harness import RedisServer, free_port, wait_for
+from testing.processes import RedisServer, free_port, wait_for
 
 from .conftest import TENANT, Cluster, message
 
@@ -64,7 +64,7 @@ def test_broker_down_appends_succeed_and_every_task_runs_once_it_is_back(cluster
             assert time.monotonic() - started < 10, "an append waited on the dead broker"
         requested = [e.data["cycle_id"] for e in cluster.events(thread, "ObservationBufferRequested")]
         assert requested, "the appends requested background work"
-        assert cluster.deps.store.fetch_unpublished_tasks(), "the requests wait in the outbox"
+        assert cluster.deps.outbox.fetch_unpublished_tasks(), "the requests wait in the outbox"
 
         broker.start()
 
@@ -73,7 +73,7 @@ def test_broker_down_appends_succeed_and_every_task_runs_once_it_is_back(cluster
             outcomes = [
                 store.find_event(effect_event_id(cluster.stream(thread), c, "outcome")) for c in requested
             ]
-            return all(outcomes) and not store.fetch_unpublished_tasks()
+            return all(outcomes) and not cluster.deps.outbox.fetch_unpublished_tasks()
 
         wait_for(all_done, 60, 0.2, what="every outbox task to run after the broker came back")
         types = {

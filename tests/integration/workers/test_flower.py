@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from om_workers.harness import free_port
+from testing.processes import free_port
 
 from .conftest import REDIS_URL
 

@@ -14,7 +14,7 @@ from om_api.demo.conversation import synthetic_conversation
 from om_core.application.projections import replay_context
 from om_core.application.repository import load_state
 from om_core.application.streams import thread_stream_id
-from om_workers.harness import wait_for
+from testing.processes import wait_for
 
 KEY = {"Authorization": "Bearer e2e-key"}
 
@@ -40,12 +40,12 @@ def test_long_conversation_over_http_with_a_worker_process(cluster_factory: Any)
             assert r.status_code == 200, r.text
 
         def settled() -> bool | None:
-            state = load_state(cluster.deps.store, stream)
+            state = load_state(cluster.deps.records, cluster.deps.store, stream)
             idle = state.buffer_in_flight is None and state.sync_in_flight is None
             return (idle and state.reflection_in_flight is None) or None
 
         wait_for(settled, timeout=60, what="background work to finish")
-        state = load_state(cluster.deps.store, stream)
+        state = load_state(cluster.deps.records, cluster.deps.store, stream)
         assert state.stats.buffered_chunks >= 1 and state.stats.activations >= 1
         final = client.get("/v1/threads/conv/context", headers=KEY).json()
         replayed = replay_context(cluster.deps.store, stream, profile=cluster.deps.profile)
@@ -55,7 +55,7 @@ def test_long_conversation_over_http_with_a_worker_process(cluster_factory: Any)
         observed = state.stats.buffered_chunks + state.stats.sync_observations
         wait_for(
             lambda: (
-                len(cluster.deps.store.load_indexed_groups("acme", stream_ids=[stream])) >= observed or None
+                len(cluster.deps.index.load_indexed_groups("acme", stream_ids=[stream])) >= observed or None
             ),
             timeout=60,
             what="the worker to index every observation's groups",

@@ -9,7 +9,7 @@ import pytest
 
 from om_core.domain.events import effect_event_id
 from om_workers.app import create_app
-from om_workers.beat import LOCK_SWEEP, scan_lock, sweep
+from om_workers.beat import LOCK_SWEEP, sweep
 from om_workers.relay import relay_outbox
 
 from .conftest import Cluster
@@ -22,14 +22,14 @@ def test_stuck_cycle_is_failed_by_the_sweep_and_a_late_outcome_is_rejected(clust
     thread = cluster.new_thread()  # no worker: the requested cycle stays in flight
     cycle = cluster.append_until_buffer_requested(thread)
     stream = cluster.stream(thread)
-    assert stream in cluster.deps.store.list_streams_with_pending_work()
+    assert stream in cluster.deps.records.list_streams_with_pending_work()
 
     report = sweep(cluster.deps, stuck_after=timedelta(hours=1))
     assert report.recovered == {}, "a young cycle is not stuck"
 
     real_clock = cluster.deps.clock
     cluster.deps.clock = lambda: real_clock() + timedelta(hours=2)
-    with scan_lock(cluster.deps.store, LOCK_SWEEP) as held:
+    with cluster.deps.locks.try_lock(LOCK_SWEEP) as held:
         assert held
         assert not sweep(cluster.deps, stuck_after=timedelta(hours=1)).locked, "a second scanner skips"
     report = sweep(cluster.deps, stuck_after=timedelta(hours=1))
@@ -48,21 +48,22 @@ def test_relay_publishes_what_the_dispatcher_left_behind(cluster_factory: Any) -
     cluster: Cluster = cluster_factory(latency_ms=0, broker_url="redis://127.0.0.1:1/0")  # nothing listens
     thread = cluster.new_thread()
     cluster.append_until_buffer_requested(thread)
-    store = cluster.deps.store
-    assert len(store.fetch_unpublished_tasks()) == 1
+    outbox = cluster.deps.outbox
+    assert len(outbox.fetch_unpublished_tasks()) == 1
     app = cluster.deps.dispatcher.app  # type: ignore[attr-defined]
-    assert relay_outbox(app, store, older_than_seconds=0).failed == 1
+    assert relay_outbox(app, outbox, older_than_seconds=0).failed == 1
     settings = cluster.settings().model_copy(update={"broker_url": "redis://127.0.0.1:6379/11"})
-    report = relay_outbox(create_app(settings, cluster.worker_settings()), store, older_than_seconds=0)
+    report = relay_outbox(create_app(settings, cluster.worker_settings()), outbox, older_than_seconds=0)
     assert (report.published, report.failed) == (1, 0)
-    assert store.fetch_unpublished_tasks() == []
+    assert outbox.fetch_unpublished_tasks() == []
 
 
 def test_a_running_beat_activates_the_chunks_of_an_idle_thread(cluster_factory: Any) -> None:
     """Idle TTL end to end: a worker buffers a chunk, nobody writes or reads the thread again, and the
     sweep scheduled by a real `celery beat` process activates the chunk once the TTL has passed."""
     from om_core.application.append import append_messages
-    from om_workers.harness import filler_message, wait_for
+    from testing.conversations import filler_message
+    from testing.processes import wait_for
 
     from .conftest import TENANT
 

@@ -8,6 +8,9 @@ clamped to ±50 and ``limit`` to 1..20; page −1 is the ``limit`` messages righ
 slot. ``detail=low`` truncates each part with a hint to fetch it whole; ``detail=high`` returns one part per
 call with hints to the next one; ``partIndex`` returns one part of the cursor message, chunked by
 ``charOffset`` when it exceeds the token budget.
+
+The answer is the tool's result as the model reads it (camelCase keys, hints phrased as calls), the same
+in process as over HTTP; what the tool refuses it raises as a RecallError.
 """
 
 from __future__ import annotations
@@ -19,11 +22,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from om_api import queries
-from om_api.errors import ApiError
-from om_core.application.ports import EventStore
+from om_core.application.configuration import counter_for, record_config
+from om_core.application.deps import Deps
 from om_core.application.streams import thread_stream_id
-from om_core.application.vector_index import GroupHit
+from om_core.application.threads import thread_state
+from om_core.application.vector_index import GroupHit, search_observations, vector_index_enabled
 from om_core.domain.envelope import StoredMessage
 
 MAX_PAGE = 50
@@ -75,20 +78,68 @@ def normalize_limit(limit: int | None, default: int = DEFAULT_LIMIT, maximum: in
     return max(1, min(maximum, limit))
 
 
-_RANGE = re.compile(r"^[^:,\s]+:[^:,\s]+$")
+# --- what the tool refuses ---------------------------------------------------------------------------
 
 
-def _range_hint(cursor: str) -> ApiError | None:
-    if "," in cursor or _RANGE.match(cursor):
+class RecallError(ValueError):
+    """A recall the tool cannot answer as asked; ``details`` says what to pass instead, where it can."""
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.details: dict[str, Any] = details or {}
+
+
+class CursorIsRangeError(RecallError):
+    """The cursor is an observation group's ``start:end`` range (or a list), not one message id."""
+
+    def __init__(self, cursor: str) -> None:
         first = cursor.split(",")[0].split(":")[0]
-        return ApiError(
-            400,
-            "cursor_is_range",
+        super().__init__(
             f"cursor {cursor!r} is a message range, not a message id; pass one id from it, "
             f'e.g. cursor="{first}" (the start of the range)',
             {"cursor": cursor, "hint": f'recall cursor="{first}"'},
         )
-    return None
+
+
+class CursorNotFoundError(RecallError):
+    """No message with the cursor's id in the thread read (one of another thread counts as none)."""
+
+    def __init__(self, cursor: str) -> None:
+        super().__init__(f"no message {cursor!r} in this thread", {"cursor": cursor})
+
+
+class CursorRequiredError(RecallError):
+    def __init__(self) -> None:
+        super().__init__("partIndex needs the cursor of the message it belongs to")
+
+
+class PartIndexOutOfRangeError(RecallError):
+    def __init__(self, message_id: str, parts: int, index: int) -> None:
+        super().__init__(f"message {message_id!r} has {parts} parts; partIndex {index} does not exist")
+
+
+class CharOffsetOutOfRangeError(RecallError):
+    def __init__(self, length: int) -> None:
+        super().__init__(f"charOffset must be within 0..{length}")
+
+
+class QueryRequiredError(RecallError):
+    def __init__(self) -> None:
+        super().__init__("search mode needs a non-empty query")
+
+
+class ThreadScopeError(RecallError):
+    """Another thread was asked for, but the record is thread-scoped."""
+
+    def __init__(self) -> None:
+        super().__init__("this record is thread-scoped: recall can only read the current thread")
+
+
+_RANGE = re.compile(r"^[^:,\s]+:[^:,\s]+$")
+
+
+def _is_range(cursor: str) -> bool:
+    return "," in cursor or _RANGE.match(cursor) is not None
 
 
 # --- tool schema ------------------------------------------------------------------------------------------
@@ -269,55 +320,54 @@ def _render_low(messages: list[StoredMessage], q: RecallQuery, count: CountToken
 SemanticSearch = Callable[[str, int], list[GroupHit]]
 
 
-def recall(
-    store: EventStore,
-    *,
-    tenant: str,
-    thread_id: str,
-    q: RecallQuery,
-    count: CountTokens,
-    scope: str,
-    semantic: SemanticSearch | None = None,
-) -> dict[str, Any]:
-    if q.mode == "threads":
-        return _threads(store, tenant, thread_id, q, scope)
-    if q.mode == "search" and semantic is not None:
-        return _semantic_search(thread_id, q, semantic)
-    if q.mode == "search":
-        return _search(store, tenant, thread_id, q, scope)
-    return _messages(store, tenant, thread_id, q, count, scope)
+def recall(deps: Deps, *, tenant: str, thread_id: str, query: RecallQuery) -> dict[str, Any]:
+    """Use case: the recall tool called from the thread ``thread_id``.
+
+    Raises RecordNotFoundError when the thread does not exist, a RecallError when the call cannot be
+    answered as asked, and ModelError when search needs the embedder and it fails.
+    """
+    state = thread_state(deps, tenant=tenant, thread_id=thread_id)
+    config = record_config(deps.profile, state)
+    if query.mode == "threads":
+        return _threads(deps, tenant, thread_id, query, config.scope)
+    if query.mode == "search" and vector_index_enabled(config):
+
+        def semantic(text: str, top_k: int) -> list[GroupHit]:
+            return search_observations(
+                deps, tenant=tenant, thread_id=thread_id, query=text, top_k=top_k, config=config
+            )
+
+        return _semantic_search(thread_id, query, semantic)
+    if query.mode == "search":
+        return _search(deps, tenant, thread_id, query, config.scope)
+    return _messages(deps, tenant, thread_id, query, counter_for(config).count_text, config.scope)
 
 
-def _target_stream(store: EventStore, tenant: str, thread_id: str, q: RecallQuery, scope: str) -> str:
+def _target_stream(tenant: str, thread_id: str, q: RecallQuery, scope: str) -> str:
     target = q.thread_id if q.thread_id not in (None, "", "current") else thread_id
     assert target is not None
     if target != thread_id and scope != "resource":
-        raise ApiError(
-            400, "thread_scope", "this record is thread-scoped: recall can only read the current thread"
-        )
+        raise ThreadScopeError()
     return thread_stream_id(tenant, target)
 
 
 def _messages(
-    store: EventStore, tenant: str, thread_id: str, q: RecallQuery, count: CountTokens, scope: str
+    deps: Deps, tenant: str, thread_id: str, q: RecallQuery, count: CountTokens, scope: str
 ) -> dict[str, Any]:
-    stream_id = _target_stream(store, tenant, thread_id, q, scope)
+    stream_id = _target_stream(tenant, thread_id, q, scope)
     page = normalize_page(q.page)
     limit = normalize_limit(q.limit)
     cursor_message: StoredMessage | None = None
     if q.cursor:
-        hint = _range_hint(q.cursor)
-        if hint is not None:
-            raise hint
-        cursor_message = queries.find_message(store, tenant, q.cursor)
+        if _is_range(q.cursor):
+            raise CursorIsRangeError(q.cursor)
+        cursor_message = deps.messages.message_by_id(tenant, q.cursor)
         if cursor_message is None or cursor_message.stream_id != stream_id:
             # a cursor from another thread is rejected the same way as an unknown one
-            raise ApiError(
-                404, "cursor_not_found", f"no message {q.cursor!r} in this thread", {"cursor": q.cursor}
-            )
+            raise CursorNotFoundError(q.cursor)
     if q.part_index is not None:
         if cursor_message is None:
-            raise ApiError(422, "cursor_required", "partIndex needs the cursor of the message it belongs to")
+            raise CursorRequiredError()
         return {
             "mode": "messages",
             "threadId": stream_id.split("/", 2)[-1],
@@ -330,7 +380,7 @@ def _messages(
     skip = (abs(page) - 1) * limit
     wanted = skip + limit + 1
     cursor_key = (cursor_message.created_at, cursor_message.message_id) if cursor_message else None
-    rows = _collect(store, stream_id, cursor_key, backward, wanted)
+    rows = _collect(deps, stream_id, cursor_key, backward, wanted)
     if backward:
         # nearest first for slot counting, then back to chronological order
         nearest = list(reversed(rows))
@@ -359,14 +409,14 @@ def _messages(
 
 
 def _collect(
-    store: EventStore, stream_id: str, cursor: tuple[datetime, str] | None, backward: bool, wanted: int
+    deps: Deps, stream_id: str, cursor: tuple[datetime, str] | None, backward: bool, wanted: int
 ) -> list[StoredMessage]:
     """Up to ``wanted`` non-data-only messages after (or before) ``cursor``, chronological."""
     found: list[StoredMessage] = []
     position = cursor
     batch = max(wanted, 50)
     while len(found) < wanted:
-        page = store.read_messages(stream_id, cursor=position, backward=backward, limit=batch)
+        page = deps.messages.read_messages(stream_id, cursor=position, backward=backward, limit=batch)
         if not page:
             break
         ordered = list(reversed(page)) if backward else page
@@ -410,15 +460,11 @@ def _high(rows: list[StoredMessage], q: RecallQuery, count: CountTokens, page: i
 def _one_part(message: StoredMessage, index: int, char_offset: int, count: CountTokens) -> dict[str, Any]:
     parts = message.message.get("parts", [])
     if index < 0 or index >= len(parts):
-        raise ApiError(
-            422,
-            "part_index_out_of_range",
-            f"message {message.message_id!r} has {len(parts)} parts; partIndex {index} does not exist",
-        )
+        raise PartIndexOutOfRangeError(message.message_id, len(parts), index)
     part = parts[index]
     full = _part_text(part)
     if char_offset < 0 or char_offset > len(full):
-        raise ApiError(422, "char_offset_out_of_range", f"charOffset must be within 0..{len(full)}")
+        raise CharOffsetOutOfRangeError(len(full))
     rest = full[char_offset:]
     text, cut = _truncate(rest, OUTPUT_BUDGET_TOKENS, count)
     if cut and text and 0xD800 <= ord(text[-1]) <= 0xDBFF:
@@ -434,21 +480,20 @@ def _one_part(message: StoredMessage, index: int, char_offset: int, count: Count
     return out
 
 
-def _threads(store: EventStore, tenant: str, thread_id: str, q: RecallQuery, scope: str) -> dict[str, Any]:
+def _threads(deps: Deps, tenant: str, thread_id: str, q: RecallQuery, scope: str) -> dict[str, Any]:
     limit = normalize_limit(q.limit, DEFAULT_LIMIT, THREADS_MAX_LIMIT)
     page = max(1, normalize_page(q.page))
     if scope != "resource":
         rows = [
             r
-            for r in queries.list_threads(store, tenant, before=q.before, after=q.after, limit=10_000)
+            for r in deps.records.list_threads(tenant, before=q.before, after=q.after, limit=10_000)
             if r.thread_id == thread_id
         ]
     else:
-        current = [r for r in queries.list_threads(store, tenant, limit=10_000) if r.thread_id == thread_id]
+        current = [r for r in deps.records.list_threads(tenant, limit=10_000) if r.thread_id == thread_id]
         resource = current[0].resource_id if current else None
         rows = (
-            queries.list_threads(
-                store,
+            deps.records.list_threads(
                 tenant,
                 resource_id=resource,
                 before=q.before,
@@ -501,22 +546,22 @@ def _semantic_search(thread_id: str, q: RecallQuery, semantic: SemanticSearch) -
     return _search_answer(q, top_k, "vector", thread_id, results)
 
 
-def _search(store: EventStore, tenant: str, thread_id: str, q: RecallQuery, scope: str) -> dict[str, Any]:
+def _search(deps: Deps, tenant: str, thread_id: str, q: RecallQuery, scope: str) -> dict[str, Any]:
     top_k = _search_top_k(q)
     if scope == "resource":
-        current = [r for r in queries.list_threads(store, tenant, limit=10_000) if r.thread_id == thread_id]
+        current = [r for r in deps.records.list_threads(tenant, limit=10_000) if r.thread_id == thread_id]
         resource = current[0].resource_id if current else None
         streams = (
             [
                 thread_stream_id(tenant, r.thread_id)
-                for r in queries.list_threads(store, tenant, resource_id=resource, limit=10_000)
+                for r in deps.records.list_threads(tenant, resource_id=resource, limit=10_000)
             ]
             if resource is not None
             else [thread_stream_id(tenant, thread_id)]
         )
     else:
         streams = [thread_stream_id(tenant, thread_id)]
-    hits = queries.search_messages(store, tenant, str(q.query), stream_ids=streams, limit=top_k)
+    hits = deps.messages.search_messages(tenant, str(q.query), stream_ids=streams, limit=top_k)
     results = (
         (
             hit.message.stream_id.split("/", 2)[-1],
@@ -537,7 +582,7 @@ def _search(store: EventStore, tenant: str, thread_id: str, q: RecallQuery, scop
 
 def _search_top_k(q: RecallQuery) -> int:
     if not q.query or not q.query.strip():
-        raise ApiError(422, "query_required", "search mode needs a non-empty query")
+        raise QueryRequiredError()
     return normalize_limit(q.limit, SEARCH_DEFAULT_TOP_K, SEARCH_MAX_TOP_K)
 
 

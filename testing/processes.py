@@ -1,7 +1,8 @@
-"""Real processes for integration tests and benchmarks: scratch databases, Redis servers, Celery workers.
+"""Real processes and servers: ``om serve``, ``celery worker`` / ``celery beat`` (or ``om worker`` /
+``om beat``), a private ``redis-server``, an app served by uvicorn in a thread.
 
-Like ``celery.contrib.testing``, but with separate ``celery worker`` / ``celery beat`` processes (so they
-can be SIGKILLed) configured purely through ``OM_*`` environment variables, as a deployment would be.
+Like ``celery.contrib.testing``, but with separate worker and beat processes (so they can be SIGKILLed)
+configured purely through ``OM_*`` environment variables, as a deployment would be.
 """
 
 from __future__ import annotations
@@ -13,15 +14,17 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-import sqlalchemy as sa
+import uvicorn
+
+from om_workers.names import ALL_QUEUES
 
 T = TypeVar("T")
 
@@ -49,17 +52,26 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def om_server(
-    args: list[str], env: Mapping[str, str], log_path: Path, timeout: float = 90.0
+    args: list[str],
+    env: Mapping[str, str],
+    log_path: Path,
+    timeout: float = 90.0,
+    *,
+    om: Sequence[str] = OM,
+    cwd: Path | None = None,
 ) -> Iterator[str]:
     """``om <args>`` (``serve`` and its options) on a free loopback port; yields its base URL once
-    ``/healthz`` answers, and stops it afterwards. Fails with the server's log if it exits or never
-    answers, and if it stops with an error."""
+    ``/healthz`` answers, and stops it afterwards. ``om`` is the command (default: this interpreter's
+    ``om_api.cli``; an installed ``om`` executable for a wheel). Fails with the server's log if it exits or
+    never answers, and if it stops other than cleanly on SIGTERM."""
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
+    command = " ".join(["om", *args])
     with log_path.open("wb") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "om_api.cli", *args],
+            [*om, *args],
+            cwd=cwd,
             env={**env, "OM_HOST": "127.0.0.1", "OM_PORT": str(port)},
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -68,18 +80,14 @@ def om_server(
         deadline = time.monotonic() + timeout
         while True:
             if server.poll() is not None:
-                raise RuntimeError(
-                    f"om {' '.join(args)} exited with {server.returncode}:\n{log_path.read_text()}"
-                )
+                raise RuntimeError(f"{command} exited with {server.returncode}:\n{log_path.read_text()}")
             try:
                 if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"om {' '.join(args)} did not answer in {timeout:.0f} s:\n{log_path.read_text()}"
-                )
+                raise RuntimeError(f"{command} did not answer in {timeout:.0f} s:\n{log_path.read_text()}")
             time.sleep(0.1)
         yield base
     finally:
@@ -89,27 +97,26 @@ def om_server(
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
-    if server.returncode > 0:
-        raise RuntimeError(f"om {' '.join(args)} stopped with {server.returncode}:\n{log_path.read_text()}")
+    # uvicorn shuts down cleanly on SIGTERM, then re-raises it
+    if server.returncode not in (0, -signal.SIGTERM):
+        raise RuntimeError(f"{command} stopped with {server.returncode}:\n{log_path.read_text()}")
 
 
 @contextlib.contextmanager
-def scratch_postgres(admin_url: str, prefix: str = "om_workers") -> Iterator[str]:
-    """A new database migrated to head; dropped afterwards. Yields its SQLAlchemy URL."""
-    from om_core.adapters.store.migrations import upgrade_to_head
-
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+def serve_in_thread(app: Any, **options: Any) -> Iterator[str]:
+    """``app`` served by uvicorn on a free loopback port in a thread of this process (so the test can
+    reach into its dependencies); yields its base URL once it listens. ``options`` go to
+    ``uvicorn.Config``."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), **{"log_level": "warning", **options})
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
     try:
-        upgrade_to_head(url)
-        yield url
+        wait_for(lambda: server.started, timeout=30, what="uvicorn to start")
+        yield f"http://127.0.0.1:{config.port}"
     finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        server.should_exit = True
+        thread.join(timeout=30)
 
 
 @dataclass
@@ -248,7 +255,7 @@ def worker_process(
     env: dict[str, str],
     log_dir: Path,
     *,
-    queues: str = "om.sync,om.buffer,om.maintenance",
+    queues: str = ",".join(ALL_QUEUES),
     concurrency: int = 1,
     pool: str = "prefork",
 ) -> CeleryProcess:
@@ -274,20 +281,6 @@ def worker_process(
     return CeleryProcess(name, argv, env, log_dir / f"{name}.log")
 
 
-def om_worker_process(
-    name: str, env: dict[str, str], log_dir: Path, *, concurrency: int = 2
-) -> CeleryProcess:
-    """``om worker`` as it is deployed (its default queues and options), named ``<name>@<host>``."""
-    argv = [*OM, "worker", "--concurrency", str(concurrency), "--hostname", f"{name}@%h"]
-    return CeleryProcess(name, argv, env, log_dir / f"{name}.log")
-
-
-def om_beat_process(name: str, env: dict[str, str], log_dir: Path) -> CeleryProcess:
-    """``om beat`` as it is deployed, keeping its schedule file in ``log_dir``."""
-    argv = [*OM, "beat", "--schedule", str(log_dir / f"{name}.schedule")]
-    return CeleryProcess(name, argv, env, log_dir / f"{name}.log")
-
-
 def beat_process(name: str, env: dict[str, str], log_dir: Path) -> CeleryProcess:
     argv = [
         CELERY,
@@ -302,58 +295,15 @@ def beat_process(name: str, env: dict[str, str], log_dir: Path) -> CeleryProcess
     return CeleryProcess(name, argv, env, log_dir / f"{name}.log")
 
 
-_WORDS = (
-    "alpha",
-    "bravo",
-    "charlie",
-    "delta",
-    "echo",
-    "foxtrot",
-    "golf",
-    "hotel",
-    "india",
-    "juliet",
-    "kilo",
-    "lima",
-    "mike",
-    "november",
-    "oscar",
-    "papa",
-    "quebec",
-    "romeo",
-    "sierra",
-    "tango",
-    "uniform",
-    "victor",
-    "whiskey",
-    "xray",
-    "yankee",
-    "zulu",
-)
+def om_worker_process(
+    name: str, env: dict[str, str], log_dir: Path, *, concurrency: int = 2
+) -> CeleryProcess:
+    """``om worker`` as it is deployed (its default queues and options), named ``<name>@<host>``."""
+    argv = [*OM, "worker", "--concurrency", str(concurrency), "--hostname", f"{name}@%h"]
+    return CeleryProcess(name, argv, env, log_dir / f"{name}.log")
 
 
-def memory_profile(latency_ms: int = 0, **observation: Any) -> dict[str, Any]:
-    """The memory profile of the worker tests and benchmark: small budgets, the local model at a latency,
-    and no reflection (a synchronous reflection would be a second reason for a read to block)."""
-    return {
-        "model": "om-local/extractive",
-        "observation": {
-            "messageTokens": 600,
-            "bufferTokens": 0.2,
-            "bufferActivation": 0.8,
-            "blockAfter": 1.5,
-            "providerOptions": {"omLocal": {"latencyMs": latency_ms, "seed": 1}},
-            **observation,
-        },
-        "reflection": {"observationTokens": 60_000},
-    }
-
-
-def filler_message(prefix: str, index: int, role: str = "user", words: int = 45) -> dict[str, Any]:
-    """A message of ``words`` filler words, id ``<prefix>-<index>``."""
-    text = " ".join(_WORDS[(index + i) % len(_WORDS)] for i in range(words))
-    return {
-        "id": f"{prefix}-{index}",
-        "role": role,
-        "parts": [{"type": "text", "text": f"Note {index}: I met Dana {index} times. {text}."}],
-    }
+def om_beat_process(name: str, env: dict[str, str], log_dir: Path) -> CeleryProcess:
+    """``om beat`` as it is deployed, keeping its schedule file in ``log_dir``."""
+    argv = [*OM, "beat", "--schedule", str(log_dir / f"{name}.schedule")]
+    return CeleryProcess(name, argv, env, log_dir / f"{name}.log")

@@ -1,0 +1,339 @@
+"""The event store on SQLite, the embedded mode's (``om serve --embedded``, ``om demo``).
+
+SQLite has a single writer: appends take a process-wide lock and ``BEGIN IMMEDIATE``, check the version,
+then run the same writes as Postgres does, as separate statements.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event as sa_event
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.sql.elements import BindParameter
+
+from om_core.adapters.store import schema
+from om_core.adapters.store.base import (
+    _EVENT_COLUMNS,
+    MESSAGE_COLUMNS,
+    SqlEventStore,
+    _Expected,
+    _MessageRow,
+    _record_params,
+    _tenant,
+    _unavailable_on_connection_errors,
+    _upsert_indexed_groups,
+    _upsert_record,
+    _window_query,
+    json_dumps,
+    json_loads,
+    stored_message,
+)
+from om_core.adapters.store.schema import events, messages, outbox, records
+from om_core.application.ports import MessageHit
+from om_core.domain.envelope import NewEvent, RecordedEvent, StateSnapshot, StoredSnapshot, TaskRequest
+from om_core.domain.upcasting import Upcasters
+
+
+def create_sqlite_engine(url: URL) -> Engine:
+    database = url.database
+    if not database or database == ":memory:":
+        raise ValueError("the SQLite store needs a database file; an in-memory database is per connection")
+    Path(database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        json_serializer=json_dumps,
+        json_deserializer=json_loads,
+    )
+    _configure_sqlite(engine)
+    return engine
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @sa_event.listens_for(engine, "connect")
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # pysqlite's own transaction handling issues BEGIN lazily and never IMMEDIATE; take it over.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        # In WAL mode NORMAL survives an application crash; only an OS crash can lose the last commits.
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @sa_event.listens_for(engine, "begin")
+    def on_begin(connection: Connection) -> None:
+        # IMMEDIATE takes the write lock up front, so a writer never fails halfway on a lock upgrade.
+        immediate = connection.get_execution_options().get("om_write", False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+_PROCESS_LOCKS: dict[tuple[str, int | None], threading.Lock] = {}
+_PROCESS_LOCKS_GUARD = threading.Lock()
+
+
+def _process_lock(engine: Engine, key: int | None = None) -> threading.Lock:
+    """One lock per database file (and key) in this process, shared by every store opened on it: the write
+    lock (no key) and each scan lock."""
+    database = str(Path(str(engine.url.database)).expanduser().resolve())
+    with _PROCESS_LOCKS_GUARD:
+        return _PROCESS_LOCKS.setdefault((database, key), threading.Lock())
+
+
+class SqliteEventStore(SqlEventStore, dialect="sqlite"):
+    """The event store on a SQLite file: one writer at a time, under a process-wide lock."""
+
+    def __init__(self, engine: Engine, *, upcasters: Upcasters | None = None) -> None:
+        super().__init__(engine, upcasters=upcasters)
+        self._write_lock = _process_lock(engine)
+
+    # --- appending -----------------------------------------------------------------------------------
+
+    def _append_rows(
+        self,
+        stream_id: str,
+        new_events: Sequence[NewEvent],
+        expected: _Expected,
+        snapshot: StateSnapshot | None,
+        tasks: Sequence[TaskRequest],
+        message_rows: list[_MessageRow],
+    ) -> list[int]:
+        with self._write_lock, self._engine.connect() as conn:
+            conn.execution_options(om_write=True)
+            try:
+                with conn.begin():
+                    if not _at_expected(conn, stream_id, expected):
+                        raise _Conflict
+                    result = conn.execute(
+                        sa.insert(events).returning(events.c.global_position, sort_by_parameter_order=True),
+                        [
+                            {
+                                "stream_id": stream_id,
+                                "stream_version": expected.version + i,
+                                "event_id": e.event_id,
+                                "event_type": e.event_type,
+                                "schema_version": e.schema_version,
+                                "data": e.data,
+                                "metadata": e.metadata,
+                            }
+                            for i, e in enumerate(new_events, start=1)
+                        ],
+                    )
+                    positions = list(result.scalars())
+                    if snapshot is not None:
+                        self._statement(self._record_upsert).execute(
+                            conn, _record_params(stream_id, snapshot, expected.version + len(new_events))
+                        )
+                    if message_rows:
+                        tenant = _tenant(stream_id, snapshot)
+                        default_resource = snapshot.resource_id if snapshot is not None else None
+                        conn.execute(
+                            sa.insert(messages),
+                            [
+                                {
+                                    "stream_id": stream_id,
+                                    "tenant": tenant,
+                                    "message_id": m.message_id,
+                                    "seq": m.seq,
+                                    "stream_version": m.stream_version,
+                                    "thread_id": m.thread_id,
+                                    "resource_id": m.resource_id or default_resource,
+                                    "role": m.role,
+                                    "created_at": m.created_at,
+                                    "tokens": m.tokens,
+                                    "content_hash": m.content_hash,
+                                    "message": m.message,
+                                    "search": m.search,
+                                }
+                                for m in message_rows
+                            ],
+                        )
+                    if tasks:
+                        self._statement(_sqlite_insert_tasks).executemany(
+                            conn,
+                            [
+                                {
+                                    "key": t.key,
+                                    "stream_id": stream_id,
+                                    "task_name": t.task_name,
+                                    "queue": t.queue,
+                                    "payload": json_dumps(t.payload),
+                                }
+                                for t in tasks
+                            ],
+                        )
+            except _Conflict:
+                raise self._conflict(conn, stream_id, new_events, expected.version) from None
+            except sa.exc.IntegrityError as error:
+                raise self._append_failure(
+                    conn, _violated_key(error.orig), stream_id, new_events, expected.version, message_rows
+                ) from None
+        return positions
+
+    # --- reading events ------------------------------------------------------------------------------
+
+    def read_all(self, after_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
+        """Events after ``after_position`` in position order: SQLite commits one writer at a time, in
+        position order, so that is the order they became safe to read."""
+        query = (
+            sa.select(*_EVENT_COLUMNS)
+            .where(events.c.global_position > after_position)
+            .order_by(events.c.global_position)
+            .limit(limit)
+        )
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
+            return [self._recorded(row) for row in conn.execute(query).all()]
+
+    # --- projections ---------------------------------------------------------------------------------
+
+    def load_snapshot(self, stream_id: str, *, known_position: int | None = None) -> StoredSnapshot | None:
+        def unless_known(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
+            text = sa.cast(column, sa.Text())
+            if known_position is None:
+                return text
+            return sa.case((records.c.position == known_position, None), else_=text)
+
+        query = sa.select(
+            unless_known(records.c.state).label("state"),
+            records.c.version,
+            records.c.position,
+            unless_known(records.c.log).label("log"),
+            records.c.observed_seq,
+        ).where(records.c.stream_id == stream_id)
+        # one read transaction: in WAL mode both reads see the same snapshot
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn, conn.begin():
+            row = conn.execute(query).first()
+            if row is None:
+                return None
+            window = None
+            if row.state is not None:
+                window = tuple(
+                    stored_message(m) for m in conn.execute(_window_query(stream_id, row.observed_seq))
+                )
+        return StoredSnapshot(row.state, row.version, row.position, row.log, window)
+
+    @staticmethod
+    def _record_upsert() -> sa.Insert:
+        # SQLite cannot tell an upsert's ON CONFLICT from a join constraint after INSERT ... SELECT unless the
+        # SELECT has a WHERE clause, hence the WHERE true.
+        return _upsert_record(sqlite.insert, _sqlite_json, sa.true())
+
+    def search_messages(
+        self, tenant: str, text: str, *, stream_ids: Sequence[str] | None = None, limit: int = 10
+    ) -> list[MessageHit]:
+        """Scored by how many of the query's words (up to 16) the text holds as substrings, newest first
+        among equals."""
+        scope = [messages.c.tenant == tenant]
+        if stream_ids is not None:
+            scope.append(messages.c.stream_id.in_(list(stream_ids)))
+        words = [w for w in text.lower().split() if w][:16]
+        if not words:
+            return []
+        found = [sa.func.instr(sa.func.lower(messages.c.search), w) > 0 for w in words]
+        hits = [sa.case((f, 1), else_=0) for f in found]
+        score = sum(hits[1:], hits[0])
+        query = (
+            sa.select(*MESSAGE_COLUMNS, score.label("score"))
+            .where(*scope, sa.or_(*found))
+            .order_by(score.desc(), messages.c.created_at.desc())
+            .limit(limit)
+        )
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [MessageHit(message=stored_message(row), score=float(row.score)) for row in rows]
+
+    # --- erasing -------------------------------------------------------------------------------------
+
+    def _erase_events(self, conn: Connection, erase_events: sa.Delete) -> int:
+        """One pass: SQLite has one writer at a time, so nothing can interleave."""
+        return int(conn.execute(erase_events).rowcount)
+
+    # --- vector index of observation groups ----------------------------------------------------------
+
+    @staticmethod
+    def _indexed_groups_upsert() -> sa.Insert:
+        # see _record_upsert: SQLite needs a WHERE to parse ON CONFLICT after INSERT ... SELECT
+        return _upsert_indexed_groups(sqlite.insert, _sqlite_json, sa.true())
+
+    def _source_event_stored(self, conn: Connection, event_id: uuid.UUID) -> bool:
+        found = conn.execute(sa.select(events.c.global_position).where(events.c.event_id == event_id)).first()
+        return found is not None
+
+    # --- scan locks ----------------------------------------------------------------------------------
+
+    @contextmanager
+    def try_lock(self, key: int) -> Iterator[bool]:
+        """The embedded store is one process, so a process-wide lock is the whole story."""
+        lock = _process_lock(self._engine, key)
+        got = lock.acquire(blocking=False)
+        try:
+            yield got
+        finally:
+            if got:
+                lock.release()
+
+    # --- connections ---------------------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        with self._writing() as conn:
+            yield conn
+
+    @contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        """A transaction under the process lock and ``BEGIN IMMEDIATE``."""
+        with self._write_lock, self._engine.connect() as conn:
+            conn.execution_options(om_write=True)
+            with conn.begin():
+                yield conn
+
+
+class _Conflict(Exception):
+    """Internal: the SQLite version check failed inside the write transaction."""
+
+
+def _at_expected(conn: Connection, stream_id: str, expected: _Expected) -> bool:
+    head = conn.execute(
+        sa.select(events.c.stream_version, events.c.global_position)
+        .where(events.c.stream_id == stream_id)
+        .order_by(events.c.stream_version.desc())
+        .limit(1)
+    ).first()
+    if head is None:
+        return expected.version == 0
+    return head.stream_version == expected.version and expected.position in (None, head.global_position)
+
+
+def _violated_key(error: BaseException | None) -> str | None:
+    """The constraint a sqlite3 integrity error breaks, inferred from its text: SQLite names the columns,
+    not the constraint ("UNIQUE constraint failed: om_events.event_id")."""
+    text = str(error)
+    if "om_events.event_id" in text:
+        return schema.EVENTS_EVENT_ID_KEY
+    if "om_events.stream_id" in text:
+        return schema.EVENTS_STREAM_VERSION_KEY
+    if "om_messages.stream_id" in text:
+        return schema.MESSAGES_KEY
+    return None
+
+
+def _sqlite_json(text: BindParameter[str]) -> sa.ColumnElement[Any]:
+    return sa.func.json(text)
+
+
+def _sqlite_insert_tasks() -> sa.Insert:
+    columns = ("key", "stream_id", "task_name", "queue", "payload")
+    return (
+        sqlite.insert(outbox)
+        .values({name: sa.bindparam(name, type_=sa.Text()) for name in columns})
+        .on_conflict_do_nothing(index_elements=[outbox.c.key])
+    )

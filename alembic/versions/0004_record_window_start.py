@@ -1,5 +1,6 @@
 """The record row names where its window starts (``observed_seq``), so that one statement can read the row
-and the window's messages from the same snapshot.
+and the window's messages from the same snapshot; an index finds those messages by (stream, seq), so the
+read does not grow with the stream.
 
 Revision ID: 0004
 Revises: 0003
@@ -29,8 +30,10 @@ def upgrade() -> None:
         else "coalesce(json_extract(state, '$.observed_seq'), 0)"
     )
     op.execute(f"UPDATE om_records SET observed_seq = {observed}")
+    op.create_index("ix_om_messages_stream_id_seq", "om_messages", ["stream_id", "seq"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_om_messages_stream_id_seq", table_name="om_messages")
     with op.batch_alter_table("om_records") as batch:
         batch.drop_column("observed_seq")

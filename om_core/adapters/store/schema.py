@@ -214,6 +214,9 @@ sa.Index(
     messages.c.created_at,
     messages.c.message_id,
 )
+# the window of a record: the rows after its observed_seq, read with every state read (without it the read
+# filters every message of the stream)
+sa.Index("ix_om_messages_stream_id_seq", messages.c.stream_id, messages.c.seq)
 sa.Index(
     "ix_om_messages_tenant_resource_id_thread_id_created_at",
     messages.c.tenant,

@@ -34,9 +34,9 @@ from om_core.domain.envelope import TaskRequest
 from om_core.domain.policy import resolve_limits
 from om_core.settings import ServerSettings
 from om_workers.app import create_app
+from om_workers.bootstrap import build_worker_deps
 from om_workers.relay import relay_outbox
 from om_workers.settings import WorkerSettings
-from om_workers.tasks import build_worker_deps
 from testing.conversations import filler_message as message
 from testing.conversations import memory_profile
 from testing.postgres import scratch_postgres

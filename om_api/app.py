@@ -1,8 +1,8 @@
 """The FastAPI application: ``create_app(settings, deps=None)``.
 
-``deps`` lets the caller choose how work runs (the inline executor in tests and embedded mode, a Celery
-dispatcher in production); without it the app builds an inline executor on a background thread over
-``settings.database_url``.
+``deps`` lets the caller choose how work runs (the inline executor in tests); without it the API's
+composition root (``om_api/bootstrap.py``) builds them from ``settings``: a Celery dispatcher, or with a
+``memory://`` broker an in-process Celery worker.
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from om_api import errors
 from om_api.auth import KeyRing
+from om_api.bootstrap import build_api_deps, render_engine_metrics
 from om_api.errors import ApiError, error_body
 from om_api.rate_limit import TenantRateLimiter
 from om_api.routes import system, threads
 from om_core.application.deps import Deps
+from om_core.bootstrap import check_thread_models
 from om_core.settings import ServerSettings
 
 log = logging.getLogger("om_api")
@@ -145,21 +147,6 @@ def app_from_environment() -> FastAPI:
     return create_app(ServerSettings())
 
 
-def _default_deps(settings: ServerSettings, owned: list[Callable[[], None]]) -> Deps:
-    """A real broker: model work is published to the Celery workers. ``memory://``: an in-process Celery
-    worker runs the same tasks (the embedded mode), so nothing else has to be running."""
-    if settings.broker_url.startswith("memory://"):
-        from om_workers.embedded import build_embedded
-
-        deps, stop = build_embedded(settings)
-        owned.append(stop)
-        return deps
-    from om_workers.app import create_app as create_celery_app
-    from om_workers.tasks import build_worker_deps
-
-    return build_worker_deps(create_celery_app(settings), settings)
-
-
 def create_app(
     settings: ServerSettings,
     deps: Deps | None = None,
@@ -169,7 +156,7 @@ def create_app(
 ) -> FastAPI:
     owned: list[Callable[[], None]] = []
     if deps is None:
-        deps = _default_deps(settings, owned)
+        deps, owned = build_api_deps(settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -196,6 +183,9 @@ def create_app(
         TenantRateLimiter(settings.rate_limit, settings.rate_limit_burst) if settings.rate_limit > 0 else None
     )
     app.state.metrics = Metrics()
+    # handed to the routes, which import only the application and the API package
+    app.state.check_models = check_thread_models
+    app.state.render_engine_metrics = render_engine_metrics
     app.state.sse_poll_interval = sse_poll_interval
     app.state.sse_heartbeat_interval = sse_heartbeat_interval
     # first: the middleware answering unexpected errors must be the innermost one

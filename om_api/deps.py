@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -20,5 +21,15 @@ def get_settings(request: Request) -> ServerSettings:
     return settings
 
 
+ModelCheck = Callable[[Mapping[str, Any], Mapping[str, Any]], None]
+
+
+def get_model_check(request: Request) -> ModelCheck:
+    """Refuses (ConfigError) a thread's overrides that name a model whose API key is not set (app state)."""
+    check: ModelCheck = request.app.state.check_models
+    return check
+
+
 DepsDep = Annotated[Deps, Depends(get_deps)]
 SettingsDep = Annotated[ServerSettings, Depends(get_settings)]
+ModelCheckDep = Annotated[ModelCheck, Depends(get_model_check)]

@@ -1,4 +1,6 @@
-"""The composition root: wires the adapters into ``Deps`` for the API, the workers and the CLI."""
+"""The inline runtime's composition root (``build_inline``: everything in this process, as the CLI and an
+in-process Python user run it), and the building blocks the worker's and the API's roots
+(``om_workers/bootstrap.py``, ``om_api/bootstrap.py``) build their ``Deps`` with from ``ServerSettings``."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from om_core.domain.config import (
     parse_memory_config,
 )
 from om_core.domain.thresholds import DEFAULT_MODEL
+from om_core.settings import ServerSettings
 
 
 class SchemaNotMigratedError(RuntimeError):
@@ -86,6 +89,22 @@ def build_deps(
         sync_wait_seconds=sync_wait_seconds,
         states=StateCache(state_cache_size),
         close=store.close,
+    )
+
+
+def deps_from_settings(
+    settings: ServerSettings, *, dispatcher: WorkDispatcher, models: ModelGateway, migrate: bool = False
+) -> Deps:
+    """``build_deps`` with what the server's settings say: its database, profile and limits."""
+    return build_deps(
+        database_url=settings.database_url,
+        dispatcher=dispatcher,
+        profile=settings.profile_layer,
+        models=models,
+        migrate=migrate,
+        max_message_bytes=settings.max_message_bytes,
+        sync_wait_seconds=settings.sync_wait_seconds,
+        state_cache_size=settings.state_cache_size,
     )
 
 

@@ -1,8 +1,9 @@
 """Embedded mode: a real Celery worker inside this process, on kombu's in-memory transport.
 
-``om serve --embedded`` (and anything else that wants no external services) gets the same tasks, the same
-dispatcher and the same code paths as a distributed deployment; only the broker is a Python queue and the
-worker is a thread. The in-memory transport polls every 5 ms instead of kombu's default second.
+``om serve --embedded`` (and anything else that wants no external services; its Deps are built by
+``om_api.bootstrap.build_embedded``) gets the same tasks, the same dispatcher and the same code paths as a
+distributed deployment; only the broker is a Python queue and the worker is a thread. The in-memory
+transport polls every 5 ms instead of kombu's default second.
 """
 
 from __future__ import annotations
@@ -16,13 +17,7 @@ from celery import Celery
 from celery.worker import WorkController
 from celery.worker import state as worker_state
 
-from om_core.adapters.store.migrations import upgrade_to_head
-from om_core.application.deps import Deps
-from om_core.settings import EMBEDDED_BROKER_URL, ServerSettings
-from om_workers.app import create_app_with_runtime
 from om_workers.names import ALL_QUEUES
-from om_workers.settings import WorkerSettings
-from om_workers.tasks import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -72,25 +67,3 @@ def start_embedded_worker(app: Celery, *, concurrency: int = 2, ready_timeout: f
             log.warning("the embedded Celery worker did not stop within 30 s")
 
     return stop
-
-
-def build_embedded(
-    settings: ServerSettings | None = None, *, worker: WorkerSettings | None = None, concurrency: int = 2
-) -> tuple[Deps, StopFn]:
-    """Deps whose model work runs on an in-process Celery worker, and the function that stops it.
-
-    The broker is forced to ``memory://``: a message published here can only be consumed here.
-    """
-    settings = (settings or ServerSettings()).model_copy(update={"broker_url": EMBEDDED_BROKER_URL})
-    if settings.database_url.startswith("sqlite"):
-        upgrade_to_head(settings.database_url)
-    app, runtime = create_app_with_runtime(settings, worker, main="om-embedded")
-    deps = runtime.deps()
-    warm_up()
-    stop_worker = start_embedded_worker(app, concurrency=concurrency)
-
-    def stop() -> None:
-        stop_worker()
-        deps.close()
-
-    return deps, stop

@@ -30,7 +30,7 @@ from om_core.application.work import run_task
 from om_core.settings import ServerSettings
 from om_workers import metrics
 from om_workers.beat import LOCK_RELAY, sweep
-from om_workers.dispatcher import CeleryDispatcher
+from om_workers.bootstrap import build_worker_deps
 from om_workers.names import TASK_RELAY_OUTBOX, TASK_SWEEP
 from om_workers.relay import relay_outbox
 from om_workers.settings import WorkerSettings
@@ -69,28 +69,6 @@ class WorkerRuntime:
     def reset_after_fork(self) -> None:
         if self._owned:
             self._deps = None
-
-
-def build_worker_deps(app: Celery, settings: ServerSettings, *, migrate: bool = False) -> Deps:
-    """Deps for a process that publishes to ``app``: metered store and models, the Celery dispatcher."""
-    from om_core.bootstrap import build_deps, model_gateway_for
-
-    dispatcher = CeleryDispatcher(app)
-    profile = settings.profile_layer
-    deps = build_deps(
-        database_url=settings.database_url,
-        dispatcher=dispatcher,
-        profile=profile,
-        models=metrics.MeteredModelGateway(model_gateway_for(profile)),
-        migrate=migrate,
-        max_message_bytes=settings.max_message_bytes,
-        sync_wait_seconds=settings.sync_wait_seconds,
-        state_cache_size=settings.state_cache_size,
-    )
-    deps.store = metrics.MeteredEventStore(deps.store)
-    metrics.watch_state_replays()
-    dispatcher.bind(deps.outbox)
-    return deps
 
 
 def warm_up() -> None:

@@ -55,9 +55,7 @@ def readyz(deps: DepsDep, settings: SettingsDep) -> JSONResponse:
 @router.get("/metrics", tags=["system"], summary="Prometheus metrics", response_class=Response)
 def metrics(request: Request) -> Response:
     # the HTTP layer's own metrics, then the engine's (appends, model calls, outbox) from the shared registry
-    from om_workers.metrics import render_latest
-
-    engine, _ = render_latest()
+    engine: bytes = request.app.state.render_engine_metrics()
     body = generate_latest(request.app.state.metrics.registry) + engine
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 

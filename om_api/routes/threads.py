@@ -13,7 +13,7 @@ from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from om_api.auth import Tenant
-from om_api.deps import DepsDep
+from om_api.deps import DepsDep, ModelCheckDep
 from om_api.encoding import json_response
 from om_api.errors import ApiError
 from om_api.formats import openai_messages
@@ -51,7 +51,6 @@ from om_core.application.threads import (
     record_status,
     threads_of,
 )
-from om_core.bootstrap import check_thread_models
 
 router = APIRouter(prefix="/v1/threads", tags=["threads"])
 
@@ -121,9 +120,11 @@ def list_threads(
 
 
 @router.put("/{thread_id}", response_model=Thread, responses=_ERRORS, summary="create or update a thread")
-def put_thread(thread_id: ThreadId, body: ThreadIn, deps: DepsDep, tenant: Tenant) -> dict[str, Any]:
+def put_thread(
+    thread_id: ThreadId, body: ThreadIn, deps: DepsDep, tenant: Tenant, check_models: ModelCheckDep
+) -> dict[str, Any]:
     if body.config is not None:
-        check_thread_models(deps.profile, body.config)
+        check_models(deps.profile, body.config)
     state = configure_thread(
         deps,
         tenant=tenant,

@@ -31,7 +31,8 @@ def _nothing_to_close() -> None:
 
 @dataclass
 class Deps:
-    """The adapters a use case runs against. One per runtime, built by om_core.bootstrap.
+    """The adapters a use case runs against. One per runtime, built by its composition root
+    (``om_core/bootstrap.py`` inline, ``om_workers/bootstrap.py`` worker, ``om_api/bootstrap.py`` API).
 
     The store's roles are separate attributes, so a use case names the one it uses (``deps.records`` to
     read a record row, ``deps.outbox`` to mark tasks published); in production one SQL adapter plays them

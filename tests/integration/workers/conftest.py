@@ -26,8 +26,8 @@ from om_core.application.streams import thread_stream_id
 from om_core.domain.envelope import RecordedEvent
 from om_core.settings import ServerSettings
 from om_workers.app import create_app
+from om_workers.bootstrap import build_worker_deps
 from om_workers.settings import WorkerSettings
-from om_workers.tasks import build_worker_deps
 from testing.conversations import filler_message as message
 from testing.conversations import memory_profile
 from testing.postgres import scratch_postgres

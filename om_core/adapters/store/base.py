@@ -38,6 +38,7 @@ from om_core.application.ports import (
     DuplicateMessageError,
     EventStore,
     MessageConflictError,
+    MessageHit,
     MessageQueries,
     Outbox,
     OutboxTask,
@@ -175,7 +176,7 @@ class SqlEventStore(EventStore, RecordProjection, MessageQueries, Outbox, Vector
     ``create_event_store``; ``SqlEventStore(engine)`` is the store of the engine's dialect.
 
     A backend subclass names its dialect (``class PostgresEventStore(SqlEventStore, dialect="postgresql")``)
-    and provides ``_append_rows``, ``read_all``, ``load_snapshot``, ``search_messages``, ``_erase_events``,
+    and provides ``_append_rows``, ``read_all``, ``load_snapshot``, ``_text_match``, ``_erase_events``,
     ``_source_event_stored``, the two upsert statements, ``_transaction``, ``_writing`` and ``try_lock``.
     """
 
@@ -373,6 +374,32 @@ class SqlEventStore(EventStore, RecordProjection, MessageQueries, Outbox, Vector
         if backward:
             rows.reverse()
         return [stored_message(row) for row in rows]
+
+    def search_messages(
+        self, tenant: str, text: str, *, stream_ids: Sequence[str] | None = None, limit: int = 10
+    ) -> list[MessageHit]:
+        """The tenant's messages that match ``text`` (in ``stream_ids`` when given), best score first and
+        newest first among equals; each backend says what matches and how it scores (``_text_match``)."""
+        match = self._text_match(text)
+        if match is None:
+            return []
+        matches, score = match
+        scope = [messages.c.tenant == tenant, matches]
+        if stream_ids is not None:
+            scope.append(messages.c.stream_id.in_(list(stream_ids)))
+        query = (
+            sa.select(*MESSAGE_COLUMNS, score.label("score"))
+            .where(*scope)
+            .order_by(score.desc(), messages.c.created_at.desc())
+            .limit(limit)
+        )
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [MessageHit(message=stored_message(row), score=float(row.score)) for row in rows]
+
+    @abc.abstractmethod
+    def _text_match(self, text: str) -> tuple[sa.ColumnElement[bool], sa.ColumnElement[Any]] | None:
+        """The condition a message must meet to match ``text`` and its score; None when nothing can."""
 
     def message_by_id(self, tenant: str, message_id: str) -> StoredMessage | None:
         query = (

@@ -26,7 +26,6 @@ from sqlalchemy.sql.elements import BindParameter
 from om_core.adapters.store import schema
 from om_core.adapters.store.base import (
     _EVENT_COLUMNS,
-    MESSAGE_COLUMNS,
     SqlEventStore,
     _Expected,
     _MessageRow,
@@ -39,10 +38,9 @@ from om_core.adapters.store.base import (
     _upsert_record,
     json_dumps,
     json_loads,
-    stored_message,
 )
 from om_core.adapters.store.schema import events, messages, outbox
-from om_core.application.ports import MessageHit, StoreUnavailableError
+from om_core.application.ports import StoreUnavailableError
 from om_core.domain.envelope import (
     NewEvent,
     RecordedEvent,
@@ -321,26 +319,12 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
     def _record_upsert() -> sa.Insert:
         return _upsert_record(postgresql.insert, _postgres_json, sa.true())
 
-    def search_messages(
-        self, tenant: str, text: str, *, stream_ids: Sequence[str] | None = None, limit: int = 10
-    ) -> list[MessageHit]:
-        """Ranked with ``tsvector`` (``ts_rank`` of ``websearch_to_tsquery``), newest first among equals."""
-        scope = [messages.c.tenant == tenant]
-        if stream_ids is not None:
-            scope.append(messages.c.stream_id.in_(list(stream_ids)))
+    def _text_match(self, text: str) -> tuple[sa.ColumnElement[bool], sa.ColumnElement[Any]]:
+        """``tsvector`` matching, ranked by ``ts_rank`` of ``websearch_to_tsquery``."""
         tsquery = sa.func.websearch_to_tsquery(
             sa.literal_column(f"'{schema.SEARCH_TEXT_CONFIG}'::regconfig"), text
         )
-        rank = sa.func.ts_rank(messages.c.search_tsv, tsquery)
-        query = (
-            sa.select(*MESSAGE_COLUMNS, rank.label("score"))
-            .where(*scope, messages.c.search_tsv.op("@@")(tsquery))
-            .order_by(rank.desc(), messages.c.created_at.desc())
-            .limit(limit)
-        )
-        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
-            rows = conn.execute(query).all()
-        return [MessageHit(message=stored_message(row), score=float(row.score)) for row in rows]
+        return messages.c.search_tsv.op("@@")(tsquery), sa.func.ts_rank(messages.c.search_tsv, tsquery)
 
     # --- erasing -------------------------------------------------------------------------------------
 

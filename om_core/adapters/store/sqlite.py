@@ -22,7 +22,6 @@ from sqlalchemy.sql.elements import BindParameter
 from om_core.adapters.store import schema
 from om_core.adapters.store.base import (
     _EVENT_COLUMNS,
-    MESSAGE_COLUMNS,
     SqlEventStore,
     _Expected,
     _MessageRow,
@@ -37,7 +36,6 @@ from om_core.adapters.store.base import (
     stored_message,
 )
 from om_core.adapters.store.schema import events, messages, outbox, records
-from om_core.application.ports import MessageHit
 from om_core.domain.envelope import NewEvent, RecordedEvent, StateSnapshot, StoredSnapshot, TaskRequest
 from om_core.domain.upcasting import Upcasters
 
@@ -227,29 +225,14 @@ class SqliteEventStore(SqlEventStore, dialect="sqlite"):
         # SELECT has a WHERE clause, hence the WHERE true.
         return _upsert_record(sqlite.insert, _sqlite_json, sa.true())
 
-    def search_messages(
-        self, tenant: str, text: str, *, stream_ids: Sequence[str] | None = None, limit: int = 10
-    ) -> list[MessageHit]:
-        """Scored by how many of the query's words (up to 16) the text holds as substrings, newest first
-        among equals."""
-        scope = [messages.c.tenant == tenant]
-        if stream_ids is not None:
-            scope.append(messages.c.stream_id.in_(list(stream_ids)))
+    def _text_match(self, text: str) -> tuple[sa.ColumnElement[bool], sa.ColumnElement[Any]] | None:
+        """Scored by how many of the query's words (up to 16) the text holds as substrings."""
         words = [w for w in text.lower().split() if w][:16]
         if not words:
-            return []
+            return None
         found = [sa.func.instr(sa.func.lower(messages.c.search), w) > 0 for w in words]
         hits = [sa.case((f, 1), else_=0) for f in found]
-        score = sum(hits[1:], hits[0])
-        query = (
-            sa.select(*MESSAGE_COLUMNS, score.label("score"))
-            .where(*scope, sa.or_(*found))
-            .order_by(score.desc(), messages.c.created_at.desc())
-            .limit(limit)
-        )
-        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
-            rows = conn.execute(query).all()
-        return [MessageHit(message=stored_message(row), score=float(row.score)) for row in rows]
+        return sa.or_(*found), sum(hits[1:], hits[0])
 
     # --- erasing -------------------------------------------------------------------------------------
 

@@ -62,7 +62,7 @@ from om_core.application.streams import thread_stream_id
 from om_core.bootstrap import build_inline
 from om_core.settings import read_profile
 from testing.postgres import scratch_postgres
-from testing.processes import RedisServer, free_port, om_server, om_worker_process, process_env
+from testing.processes import deployment
 
 DEFAULT_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 PROFILE = {
@@ -339,38 +339,6 @@ def measure(
     }
 
 
-@contextlib.contextmanager
-def deployment(url: str, profile_path: Path, scratch: Path) -> Iterator[tuple[str, str]]:
-    """``om serve`` and one ``om worker`` on a private ``redis-server``, over ``url``: yields the server's
-    base URL and the worker's metrics URL."""
-    broker = RedisServer(free_port())
-    broker.start()
-    try:
-        env = process_env(
-            database_url=url,
-            broker_url=broker.url,
-            profile=profile_path,
-            extra={"OM_API_KEYS": f"{KEY}={TENANT}"},
-        )
-        metrics_port = free_port()
-        # prefork runs tasks in child processes: with a multiprocess directory the worker's metrics server
-        # adds up every child's counters
-        (scratch / "worker-metrics").mkdir()
-        worker_env = {
-            **env,
-            "OM_WORKER_METRICS_PORT": str(metrics_port),
-            "PROMETHEUS_MULTIPROC_DIR": str(scratch / "worker-metrics"),
-        }
-        worker = om_worker_process("read-bench", worker_env, scratch, concurrency=2).start()
-        try:
-            with om_server(["serve"], env, scratch / "server.log") as base:
-                yield base, f"http://127.0.0.1:{metrics_port}/metrics"
-        finally:
-            worker.stop()
-    finally:
-        broker.kill()
-
-
 def run_size(admin_url: str, size: int, reads: int, seed: int) -> dict[str, Any]:
     """One size in a database of its own: seed its thread, then measure beside a writer."""
     thread = f"read-{size}"
@@ -384,7 +352,10 @@ def run_size(admin_url: str, size: int, reads: int, seed: int) -> dict[str, Any]
         seeded = seed_thread(url, read_profile(profile_path), thread, size, seed + size)
         store = create_event_store(url)
         try:
-            with deployment(url, profile_path, scratch) as (base, worker_metrics):
+            with deployment(url, profile_path, scratch, {KEY: TENANT}, worker="read-bench") as (
+                base,
+                worker_metrics,
+            ):
                 result = measure(base, worker_metrics, store, thread, reads, seed)
             # once the processes have stopped, so that nothing else runs beside it
             result["state_reads_without_cache"] = uncached_reads(store, thread_stream_id(TENANT, thread))

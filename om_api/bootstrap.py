@@ -7,10 +7,11 @@ With a real broker, model work is published to the Celery workers (the worker ro
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from om_core.adapters.store.migrations import upgrade_to_head
+from om_core.application.chat import LOCAL_CHAT_MODEL, ChatProxy
 from om_core.application.deps import Deps
 from om_core.settings import EMBEDDED_BROKER_URL, ServerSettings
 
@@ -55,6 +56,30 @@ def build_embedded(
         deps.close()
 
     return deps, stop
+
+
+def build_chat_proxy(settings: ServerSettings, profile: Mapping[str, Any]) -> ChatProxy:
+    """The OpenAI-compatible proxy's models: the profile's chat models (not the local extractive model or
+    an embedder), those ``OM_CHAT_MODELS`` adds, and the keyless ``om-local/chat``."""
+    from om_core.adapters.models.litellm_gateway import LiteLLMGateway, RetryPolicy
+    from om_core.adapters.models.model_ids import OM_LOCAL_PROVIDER, provider_of
+    from om_core.bootstrap import model_options
+    from om_core.domain.config import parse_memory_config
+
+    from_profile = [
+        model
+        for option, model in model_options(parse_memory_config(profile))
+        if option != "retrieval.embedder" and provider_of(model) != OM_LOCAL_PROVIDER
+    ]
+    for model in settings.chat_models:
+        # an unusable id stops the server at start-up rather than at the first request
+        provider_of(model)
+    offered = tuple(dict.fromkeys([*from_profile, *settings.chat_models, LOCAL_CHAT_MODEL]))
+    return ChatProxy(
+        models=LiteLLMGateway(RetryPolicy(max_retries=0)),
+        offered=offered,
+        forward_provider_key=settings.chat_forward_provider_key,
+    )
 
 
 def render_engine_metrics() -> bytes:

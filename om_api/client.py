@@ -1,8 +1,13 @@
 """Python client for the om HTTP API (docs/api.md), sync (``OMClient``) and async (``AsyncOMClient``).
 
     with OMClient("http://127.0.0.1:8080", api_key="om_…") as om:
-        om.append("thread-1", [{"role": "user", "content": "hi"}], resource_id="user-1")
-        window = om.context("thread-1", model="openai/gpt-5-mini", format="openai")
+        window = om.turn("thread-1", [{"role": "user", "content": "hi"}], model="openai/gpt-5-mini",
+                         format="openai")
+        reply = ...  # the app's own model call, with window["messages"]
+        om.append_in_background("thread-1", [reply])  # the next turn() waits for it
+
+``turn`` appends the user's message and returns the context in one request; ``append`` and ``context``
+do the two halves.
 
 Errors come back as ``OMError`` carrying the API's ``code``, ``message`` and ``details``. ``stream`` yields
 ``StreamPart``s (the ``data-om-*`` part and the SSE id it arrived with) and resumes after a dropped
@@ -11,9 +16,11 @@ connection from the last id it saw, so a consumer sees each part once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
@@ -124,6 +131,17 @@ class _Requests:
     def headers(api_key: str | None) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
+    @staticmethod
+    def messages(messages: Sequence[Mapping[str, Any]], resource_id: str | None) -> JSON:
+        body: JSON = {"messages": list(messages)}
+        if resource_id is not None:
+            body["resource_id"] = resource_id
+        return body
+
+    @staticmethod
+    def context_params(model: str | None, format: str, wait: bool, at_version: int | None = None) -> JSON:
+        return _params(model=model, format=format, at_version=at_version, wait=None if wait else False)
+
 
 class OMClient:
     def __init__(
@@ -137,6 +155,9 @@ class OMClient:
         self._http = httpx.Client(
             base_url=base_url, headers=_Requests.headers(api_key), timeout=timeout, transport=transport
         )
+        # appends sent without waiting, one at a time so the thread's order is the order they were sent
+        self._background: ThreadPoolExecutor | None = None
+        self._pending: list[Future[JSON]] = []
 
     def __enter__(self) -> OMClient:
         return self
@@ -145,7 +166,30 @@ class OMClient:
         self.close()
 
     def close(self) -> None:
-        self._http.close()
+        try:
+            self.flush()
+        finally:
+            if self._background is not None:
+                self._background.shutdown()
+            self._http.close()
+
+    def append_in_background(
+        self, thread_id: str, messages: Sequence[Mapping[str, Any]], *, resource_id: str | None = None
+    ) -> Future[JSON]:
+        """Send an append without waiting for its answer: the reply after the model call, off the agent's
+        critical path. Appends sent this way go one at a time, in order; ``turn`` and ``flush`` wait for
+        them, so the next turn's message always lands after the reply."""
+        if self._background is None:
+            self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="om-append")
+        future = self._background.submit(self.append, thread_id, messages, resource_id=resource_id)
+        self._pending.append(future)
+        return future
+
+    def flush(self) -> None:
+        """Wait for every append sent with ``append_in_background``; raises the first one's error."""
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self._http.request(method, path, **kwargs)
@@ -187,10 +231,25 @@ class OMClient:
     def append(
         self, thread_id: str, messages: Sequence[Mapping[str, Any]], *, resource_id: str | None = None
     ) -> JSON:
-        body: JSON = {"messages": list(messages)}
-        if resource_id is not None:
-            body["resource_id"] = resource_id
+        body = _Requests.messages(messages, resource_id)
         result: JSON = self._call("POST", f"{_t(thread_id)}/messages", json=body)
+        return result
+
+    def turn(
+        self,
+        thread_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        resource_id: str | None = None,
+        model: str | None = None,
+        format: Literal["om", "openai"] = "om",
+        wait: bool = True,
+    ) -> JSON:
+        """Append the turn's messages and get the context to send, in one request (``POST …/turn``)."""
+        self.flush()
+        body = _Requests.messages(messages, resource_id)
+        params = _Requests.context_params(model, format, wait)
+        result: JSON = self._call("POST", f"{_t(thread_id)}/turn", json=body, params=params)
         return result
 
     def context(
@@ -202,7 +261,7 @@ class OMClient:
         at_version: int | None = None,
         wait: bool = True,
     ) -> JSON:
-        params = _params(model=model, format=format, at_version=at_version, wait=None if wait else False)
+        params = _Requests.context_params(model, format, wait, at_version)
         result: JSON = self._call("GET", f"{_t(thread_id)}/context", params=params)
         return result
 
@@ -330,6 +389,8 @@ class AsyncOMClient:
         self._http = httpx.AsyncClient(
             base_url=base_url, headers=_Requests.headers(api_key), timeout=timeout, transport=transport
         )
+        self._order = asyncio.Lock()  # FIFO: background appends land in the order they were sent
+        self._pending: list[asyncio.Task[JSON]] = []
 
     async def __aenter__(self) -> AsyncOMClient:
         return self
@@ -338,7 +399,28 @@ class AsyncOMClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        try:
+            await self.flush()
+        finally:
+            await self._http.aclose()
+
+    def append_in_background(
+        self, thread_id: str, messages: Sequence[Mapping[str, Any]], *, resource_id: str | None = None
+    ) -> asyncio.Task[JSON]:
+        """As ``OMClient.append_in_background``: a task; ``turn`` and ``flush`` await it."""
+
+        async def send() -> JSON:
+            async with self._order:
+                return await self.append(thread_id, messages, resource_id=resource_id)
+
+        task = asyncio.ensure_future(send())
+        self._pending.append(task)
+        return task
+
+    async def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for task in pending:
+            await task
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         response = await self._http.request(method, path, **kwargs)
@@ -378,10 +460,25 @@ class AsyncOMClient:
     async def append(
         self, thread_id: str, messages: Sequence[Mapping[str, Any]], *, resource_id: str | None = None
     ) -> JSON:
-        body: JSON = {"messages": list(messages)}
-        if resource_id is not None:
-            body["resource_id"] = resource_id
+        body = _Requests.messages(messages, resource_id)
         result: JSON = await self._call("POST", f"{_t(thread_id)}/messages", json=body)
+        return result
+
+    async def turn(
+        self,
+        thread_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        resource_id: str | None = None,
+        model: str | None = None,
+        format: Literal["om", "openai"] = "om",
+        wait: bool = True,
+    ) -> JSON:
+        """As ``OMClient.turn``."""
+        await self.flush()
+        body = _Requests.messages(messages, resource_id)
+        params = _Requests.context_params(model, format, wait)
+        result: JSON = await self._call("POST", f"{_t(thread_id)}/turn", json=body, params=params)
         return result
 
     async def context(
@@ -393,7 +490,7 @@ class AsyncOMClient:
         at_version: int | None = None,
         wait: bool = True,
     ) -> JSON:
-        params = _params(model=model, format=format, at_version=at_version, wait=None if wait else False)
+        params = _Requests.context_params(model, format, wait, at_version)
         result: JSON = await self._call("GET", f"{_t(thread_id)}/context", params=params)
         return result
 

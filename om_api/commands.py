@@ -29,6 +29,11 @@ BENCHES = {
     "store": ("bench.store_bench", "The event store: append throughput and read latency."),
     "workers": ("bench.workers_bench", "Celery workers: trigger latency, throughput, reads that wait."),
     "read": ("bench.read_bench", "Context read latency beside a writer, by stream length (100 to 100k)."),
+    "turn": ("bench.turn_bench", "An agent's turn, 200 ms apart, OM active: three calls, one, in-process."),
+    "quality": (
+        "bench.quality_bench",
+        "What the local Observer keeps of generated conversations with facts.",
+    ),
     "soak": (
         "bench.soak",
         "om serve, two om workers and beat under conversations and faults; integrity violations by kind.",

@@ -27,6 +27,7 @@ from om_core.application.ports import (
 )
 from om_core.application.recall import (
     CharOffsetOutOfRangeError,
+    CursorAmbiguousError,
     CursorIsRangeError,
     CursorNotFoundError,
     CursorRequiredError,
@@ -60,6 +61,7 @@ _STATUS_CODES = {
 # what the recall tool refuses, as the status and code it answers with (the error gives message and details)
 _RECALL_ERRORS: dict[type[RecallError], tuple[int, str]] = {
     CursorIsRangeError: (400, "cursor_is_range"),
+    CursorAmbiguousError: (400, "cursor_ambiguous"),
     ThreadScopeError: (400, "thread_scope"),
     CursorNotFoundError: (404, "cursor_not_found"),
     CursorRequiredError: (422, "cursor_required"),

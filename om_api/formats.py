@@ -33,6 +33,11 @@ def _user_content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     return content
 
 
+def _tool_output(part: dict[str, Any]) -> str:
+    value = part.get("result") if part.get("error") is None else {"error": part.get("error")}
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
 def _message(message: dict[str, Any]) -> list[dict[str, Any]]:
     role = str(message.get("role", "user"))
     parts = [p for p in message.get("parts", []) if isinstance(p, dict)]
@@ -51,19 +56,19 @@ def _message(message: dict[str, Any]) -> list[dict[str, Any]]:
             ]
             for p in calls:
                 if p.get("state") == "result" or p.get("result") is not None or p.get("error") is not None:
-                    value = p.get("result") if p.get("error") is None else {"error": p.get("error")}
                     results.append(
-                        {
-                            "role": "tool",
-                            "tool_call_id": p.get("toolCallId"),
-                            "content": value
-                            if isinstance(value, str)
-                            else json.dumps(value, ensure_ascii=False),
-                        }
+                        {"role": "tool", "tool_call_id": p.get("toolCallId"), "content": _tool_output(p)}
                     )
         return [out, *results]
     if role == "system":
         return [{"role": "system", "content": _text(parts)}]
+    if role == "tool":
+        # an OpenAI tool message was stored as the result of its call; it goes back as that message
+        return [
+            {"role": "tool", "tool_call_id": p.get("toolCallId"), "content": _tool_output(p)}
+            for p in parts
+            if p.get("type") == "tool-invocation"
+        ]
     return [{"role": "user", "content": _user_content(parts)}]
 
 

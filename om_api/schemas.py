@@ -118,6 +118,18 @@ class OpenAIContextOut(BaseModel):
     parts: list[Part]
 
 
+class TurnOut(ContextOut):
+    """A turn: what the append stored, then the context to send (``POST …/turn``)."""
+
+    appended: list[AppendedOut]
+    duplicates: list[str]
+
+
+class OpenAITurnOut(OpenAIContextOut):
+    appended: list[AppendedOut]
+    duplicates: list[str]
+
+
 class EventOut(BaseModel):
     position: int
     version: int

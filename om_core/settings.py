@@ -96,6 +96,19 @@ def _parse_api_keys(value: object) -> object:
     return keys
 
 
+def _parse_model_list(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    models = [entry.strip() for entry in value.split(",") if entry.strip()]
+    for model in models:
+        provider, separator, name = model.partition("/")
+        if not separator or not provider or not name:
+            raise ValueError(
+                f"{model!r}: expected comma-separated provider/model ids, e.g. openai/gpt-4o-mini"
+            )
+    return models
+
+
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -145,6 +158,12 @@ class ServerSettings(BaseSettings):
     # requests per second per tenant, in each API process (0: no limit); burst 0 means two seconds' worth
     rate_limit: float = Field(default=0.0, ge=0)
     rate_limit_burst: int = Field(default=0, ge=0)
+    # the OpenAI-compatible proxy: models it offers beside the profile's and om-local/chat, and whether a
+    # request's X-OM-Provider-Key header is used as the provider's key instead of the server's own
+    chat_models: Annotated[list[str], NoDecode, BeforeValidator(_parse_model_list)] = Field(
+        default_factory=list
+    )
+    chat_forward_provider_key: bool = False
     flower_user: str | None = None
     flower_password: SecretStr | None = None
     host: str = "127.0.0.1"

@@ -20,13 +20,10 @@ _PUBLISH_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.1, "
 
 
 def publish(app: Celery, task_name: str, queue: str, key: str, payload: JSONDict) -> None:
-    """Publish one task request. The outbox key is the Celery task id, so every copy of the same request
-    (a republish, a redelivery) is recognisably the same task in Flower and in the logs."""
-    kwargs: dict[str, Any] = {
-        "stream_id": payload["stream_id"],
-        "cycle_id": payload["cycle_id"],
-        "published_at": time.time(),
-    }
+    """Publish one task request, its payload as the task's arguments. The outbox key is the Celery task
+    id, so every copy of the same request (a republish, a redelivery) is recognisably the same task in
+    Flower and in the logs."""
+    kwargs: dict[str, Any] = {**payload, "published_at": time.time()}
     app.send_task(task_name, kwargs=kwargs, task_id=key, queue=queue, retry=True, retry_policy=_PUBLISH_RETRY)
 
 

@@ -1,9 +1,14 @@
-"""Prometheus metrics of the work path: appends, tasks, model calls, queue lag, outbox depth.
+"""Prometheus metrics of the work path: appends, tasks, model calls, queue lag, outbox depth, and the usage
+of every Observer and Reflector cycle.
 
 The metrics live in prometheus_client's default registry, so a process that also serves HTTP (the API's
 ``/metrics``) exposes them with no extra wiring. Workers expose them with ``start_metrics_server``. A prefork
 worker runs tasks in child processes: set ``PROMETHEUS_MULTIPROC_DIR`` and the server aggregates every child
 (prometheus_client's multiprocess mode); without it, use ``--pool threads|solo`` to see task metrics.
+
+Usage is counted from the outcome events as the metered store commits them, in whichever process commits
+them (a worker, or the API when a reader ran the task itself): the same figures the events and the data
+parts hold, each cycle counted once, since a duplicate outcome is refused before it is counted.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from om_core.application.ports import (
 )
 from om_core.application.repository import REPLAY_LISTENERS
 from om_core.domain.envelope import AppendResult, NewEvent, RecordedEvent, StateSnapshot, TaskRequest
+from om_core.domain.usage import cycle_usage
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 
@@ -64,6 +70,57 @@ STATE_REPLAYS = Counter(
 ERASED_WORK = Counter(
     "om_erased_work_total", "Tasks that found their record erased and did nothing", ["task"]
 )
+_USAGE_LABELS = ["operation", "model", "tenant"]
+USAGE_CYCLES = Counter(
+    "om_usage_cycles_total",
+    "Observer and Reflector cycles recorded, by outcome (completed, failed)",
+    [*_USAGE_LABELS, "outcome"],
+)
+USAGE_CALLS = Counter(
+    "om_usage_calls_total",
+    "Model calls of recorded cycles (retries and extractor calls included), by outcome",
+    [*_USAGE_LABELS, "outcome"],
+)
+USAGE_TOKENS = Counter(
+    "om_usage_tokens_total",
+    "Tokens of recorded cycles, by direction (input, output)",
+    [*_USAGE_LABELS, "direction"],
+)
+USAGE_COST = Counter(
+    "om_usage_cost_usd_total",
+    "Cost in US dollars of recorded cycles, where the provider prices it",
+    _USAGE_LABELS,
+)
+WEBHOOK_DELIVERIES = Counter(
+    "om_webhook_deliveries_total",
+    "Webhook delivery attempts by result (delivered, retried, failed, erased, unsubscribed)",
+    ["event", "result"],
+)
+WEBHOOK_SECONDS = Histogram(
+    "om_webhook_seconds", "Duration of a webhook POST, answered or not", buckets=_LATENCY_BUCKETS
+)
+# a cycle that failed before any call (its model could not be called) names no model
+_NO_MODEL = "none"
+
+
+def count_usage(events: Sequence[NewEvent]) -> None:
+    """Count the usage of the outcome events among ``events``, just committed."""
+    for event in events:
+        found = cycle_usage(event.event_type, event.data)
+        if found is None:
+            continue
+        usage = found.usage
+        labels = {
+            "operation": found.operation,
+            "model": usage.model or _NO_MODEL,
+            "tenant": str(event.metadata.get("tenant", "")),
+        }
+        USAGE_CYCLES.labels(**labels, outcome=found.outcome).inc()
+        USAGE_CALLS.labels(**labels, outcome=found.outcome).inc(usage.calls)
+        USAGE_TOKENS.labels(**labels, direction="input").inc(usage.input_tokens)
+        USAGE_TOKENS.labels(**labels, direction="output").inc(usage.output_tokens)
+        if usage.cost_usd is not None:
+            USAGE_COST.labels(**labels).inc(usage.cost_usd)
 
 
 def _count_replay(_stream_id: str, reason: str) -> None:
@@ -174,6 +231,7 @@ class MeteredEventStore(EventStore):
         APPEND_SECONDS.observe(time.perf_counter() - started)
         APPENDS.labels(outcome="ok").inc()
         APPENDED_EVENTS.inc(len(events))
+        count_usage(events)
         return result
 
     def read_stream(

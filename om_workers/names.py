@@ -6,8 +6,8 @@ outbox records them with each request. The maintenance scans are the workers' ow
 
 from __future__ import annotations
 
-from om_core.application.task_requests import QUEUE_BUFFER, QUEUE_MAINTENANCE, QUEUE_SYNC
+from om_core.application.task_requests import QUEUE_BUFFER, QUEUE_MAINTENANCE, QUEUE_SYNC, QUEUE_WEBHOOKS
 
 TASK_RELAY_OUTBOX = "om.maintenance.relay_outbox"
 TASK_SWEEP = "om.maintenance.sweep"
-ALL_QUEUES = (QUEUE_SYNC, QUEUE_BUFFER, QUEUE_MAINTENANCE)
+ALL_QUEUES = (QUEUE_SYNC, QUEUE_BUFFER, QUEUE_MAINTENANCE, QUEUE_WEBHOOKS)

@@ -30,6 +30,22 @@ class WorkerSettings(BaseSettings):
     # A cycle in flight longer than this is recorded as failed (timeout) so the policy can ask again.
     stuck_after: float = Field(default=900.0, gt=0)
     metrics_port: int | None = Field(default=None, ge=1, le=65_535)
+    # Webhook deliveries: retried this many times after the first attempt, the delay doubling from 1 s up
+    # to the cap (with full jitter); each POST waits this long for an answer.
+    webhook_max_retries: int = Field(default=12, ge=0)
+    webhook_backoff_max: float = Field(default=300.0, gt=0)
+    webhook_timeout: float = Field(default=10.0, gt=0)
+
+    @property
+    def webhook_retry_cap(self) -> float:
+        """The longest wait before a delivery's retry. A retry waits in the worker that took it (an ETA),
+        unacknowledged: past the visibility timeout Redis would hand it to a second worker meanwhile."""
+        return min(self.webhook_backoff_max, self.visibility_timeout / 2)
+
+    @property
+    def webhook_post_timeout(self) -> float:
+        """How long a POST waits for an answer: within the task's soft time limit."""
+        return min(self.webhook_timeout, self.soft_time_limit / 2)
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkerSettings:

@@ -4,11 +4,16 @@ Each model task carries (stream id, cycle id) and calls ``run_task``, which is i
 redelivered or duplicated message finds the cycle's outcome already recorded and returns DUPLICATE, and a
 result for messages observed meanwhile is recorded as stale. Transient store errors (the database dropped
 the connection, a failover) are retried with exponential backoff and full jitter, a bounded number of times.
+
+A webhook task carries one lifecycle event for one endpoint (its outbox key is the task id): a receiver
+that does not answer 2xx gets it again with exponential backoff and jitter, up to
+``OM_WORKER_WEBHOOK_MAX_RETRIES`` times, every time under the same delivery id.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from datetime import timedelta
@@ -18,14 +23,17 @@ from celery import Celery, Task
 from celery.signals import worker_init, worker_process_init
 from sqlalchemy.exc import OperationalError
 
+from om_core.adapters.webhook_sender import HttpWebhookSender
 from om_core.application.deps import Deps
 from om_core.application.ports import StoreUnavailableError
 from om_core.application.task_requests import (
+    TASK_DELIVER_WEBHOOK,
     TASK_INDEX_OBSERVATIONS,
     TASK_OBSERVE_BUFFER,
     TASK_OBSERVE_SYNC,
     TASK_REFLECT,
 )
+from om_core.application.webhooks import Delivery, DeliveryOutcome, WebhookDeliveryError, deliver_webhook
 from om_core.application.work import run_task
 from om_core.settings import ServerSettings
 from om_workers import metrics
@@ -38,6 +46,7 @@ from om_workers.settings import WorkerSettings
 log = logging.getLogger(__name__)
 
 RETRYABLE: tuple[type[BaseException], ...] = (StoreUnavailableError, OperationalError)
+DELIVERY_RETRYABLE: tuple[type[BaseException], ...] = (WebhookDeliveryError, *RETRYABLE)
 _RUNTIMES: list[WorkerRuntime] = []
 
 
@@ -56,6 +65,7 @@ class WorkerRuntime:
         self.worker = worker
         self._deps = deps
         self._owned = deps is None
+        self._sender: HttpWebhookSender | None = None
         self._lock = threading.Lock()
         _RUNTIMES.append(self)
 
@@ -66,7 +76,16 @@ class WorkerRuntime:
                     self._deps = build_worker_deps(self.app, self.settings)
         return self._deps
 
+    def webhook_sender(self) -> HttpWebhookSender:
+        if self._sender is None:
+            with self._lock:
+                if self._sender is None:
+                    self._sender = HttpWebhookSender(timeout=self.worker.webhook_post_timeout)
+        return self._sender
+
     def reset_after_fork(self) -> None:
+        # a connection pool opened before the fork would be shared with the parent
+        self._sender = None
         if self._owned:
             self._deps = None
 
@@ -153,6 +172,59 @@ def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
         self: Task, stream_id: str, cycle_id: str, published_at: float | None = None
     ) -> str:
         return run(self, TASK_INDEX_OBSERVATIONS, stream_id, cycle_id, published_at)
+
+    @app.task(name=TASK_DELIVER_WEBHOOK, bind=True, acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+    def deliver(
+        self: Task,
+        stream_id: str,
+        event_id: str,
+        delivery_id: str,
+        event: str,
+        endpoint: str,
+        body: str,
+        published_at: float | None = None,
+    ) -> str:
+        delivery = Delivery(stream_id, event_id, delivery_id, event, endpoint, body)
+        retries = int(self.request.retries or 0)
+        if retries == 0:
+            metrics.observe_queue_lag(
+                str((self.request.delivery_info or {}).get("routing_key") or ""), published_at
+            )
+        started = time.perf_counter()
+        try:
+            outcome = deliver_webhook(runtime.deps(), runtime.webhook_sender(), delivery)
+        except DELIVERY_RETRYABLE as error:
+            metrics.WEBHOOK_SECONDS.observe(time.perf_counter() - started)
+            if retries >= worker.webhook_max_retries:
+                metrics.WEBHOOK_DELIVERIES.labels(event=event, result="failed").inc()
+                log.error(
+                    "webhook %s (%s) not delivered after %d attempts: %s",
+                    delivery_id,
+                    event,
+                    retries + 1,
+                    error,
+                )
+                return "failed"
+            metrics.WEBHOOK_DELIVERIES.labels(event=event, result="retried").inc()
+            # doubling from 1 s, half of it fixed and half random: receivers coming back are not stampeded
+            delay = min(worker.webhook_retry_cap, 2.0**retries)
+            countdown = delay / 2 + random.uniform(0, delay / 2)
+            log.warning(
+                "webhook %s (%s) attempt %d failed (%s); again in %.1fs",
+                delivery_id,
+                event,
+                retries + 1,
+                error,
+                countdown,
+            )
+            raise self.retry(
+                exc=error, countdown=countdown, max_retries=worker.webhook_max_retries
+            ) from error
+        metrics.WEBHOOK_SECONDS.observe(time.perf_counter() - started)
+        metrics.WEBHOOK_DELIVERIES.labels(event=event, result=outcome.value).inc()
+        if outcome is not DeliveryOutcome.DELIVERED:
+            log.info("webhook %s (%s) not sent: %s", delivery_id, event, outcome.value)
+        return outcome.value
 
     # A scan that finds the database gone skips its tick: the next one comes within seconds, so a retry of
     # this one would only queue up behind it.

@@ -307,3 +307,36 @@ def om_beat_process(name: str, env: dict[str, str], log_dir: Path) -> CeleryProc
     """``om beat`` as it is deployed, keeping its schedule file in ``log_dir``."""
     argv = [*OM, "beat", "--schedule", str(log_dir / f"{name}.schedule")]
     return CeleryProcess(name, argv, env, log_dir / f"{name}.log")
+
+
+@contextlib.contextmanager
+def deployment(
+    database_url: str, profile: Path, scratch: Path, api_keys: Mapping[str, str], *, worker: str = "bench"
+) -> Iterator[tuple[str, str]]:
+    """The deployed shape: ``om serve`` and one ``om worker`` (concurrency 2) on a private
+    ``redis-server``, over ``database_url``; yields the server's base URL and the worker's metrics URL.
+    Logs go to ``scratch`` (``server.log``, ``<worker>.log``)."""
+    broker = RedisServer(free_port())
+    broker.start()
+    try:
+        keys = ",".join(f"{key}={tenant}" for key, tenant in api_keys.items())
+        env = process_env(
+            database_url=database_url, broker_url=broker.url, profile=profile, extra={"OM_API_KEYS": keys}
+        )
+        metrics_port = free_port()
+        # prefork runs tasks in child processes: with a multiprocess directory the worker's metrics server
+        # adds up every child's counters
+        (scratch / "worker-metrics").mkdir()
+        worker_env = {
+            **env,
+            "OM_WORKER_METRICS_PORT": str(metrics_port),
+            "PROMETHEUS_MULTIPROC_DIR": str(scratch / "worker-metrics"),
+        }
+        process = om_worker_process(worker, worker_env, scratch, concurrency=2).start()
+        try:
+            with om_server(["serve"], env, scratch / "server.log") as base:
+                yield base, f"http://127.0.0.1:{metrics_port}/metrics"
+        finally:
+            process.stop()
+    finally:
+        broker.kill()

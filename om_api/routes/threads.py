@@ -28,14 +28,16 @@ from om_api.schemas import (
     MessagesIn,
     ObservationsOut,
     OpenAIContextOut,
+    OpenAITurnOut,
     RecallOut,
     Thread,
     ThreadIn,
     ThreadsOut,
+    TurnOut,
 )
 from om_api.sse import event_stream
-from om_core.application.append import append_messages, configure_thread
-from om_core.application.context import read_context
+from om_core.application.append import AppendOutcome, append_messages, configure_thread
+from om_core.application.context import ContextRead, read_context
 from om_core.application.deps import Deps
 from om_core.application.erase import erase_thread
 from om_core.application.history import observation_log, read_events
@@ -51,6 +53,7 @@ from om_core.application.threads import (
     record_status,
     threads_of,
 )
+from om_core.application.turn import take_turn
 
 router = APIRouter(prefix="/v1/threads", tags=["threads"])
 
@@ -158,14 +161,16 @@ def post_messages(thread_id: ThreadId, body: MessagesIn, deps: DepsDep, tenant: 
         {
             "thread_id": thread_id,
             "version": outcome.version,
-            "appended": [
-                {"message_id": a.message_id, "seq": a.seq, "tokens": a.tokens} for a in outcome.appended
-            ],
+            "appended": _appended_json(outcome),
             "duplicates": outcome.duplicates,
             "status": parts[-1]["data"],
             "parts": parts,
         }
     )
+
+
+def _appended_json(outcome: AppendOutcome) -> list[dict[str, Any]]:
+    return [{"message_id": a.message_id, "seq": a.seq, "tokens": a.tokens} for a in outcome.appended]
 
 
 @router.get(
@@ -192,6 +197,56 @@ def get_thread_context(
     read = read_context(
         deps, tenant=tenant, thread_id=thread_id, caller_model=model, at_version=at_version, wait=wait
     )
+    return _context_answer(deps, thread_id, read, format)
+
+
+@router.post(
+    "/{thread_id}/turn",
+    response_model=TurnOut | OpenAITurnOut,
+    responses=_ERRORS,
+    summary="append the turn's messages and return the context, in one request",
+)
+def post_turn(
+    thread_id: ThreadId,
+    body: MessagesIn,
+    deps: DepsDep,
+    tenant: Tenant,
+    model: Annotated[
+        str | None, Query(max_length=200, description="the caller's model (provider change, TTL)")
+    ] = None,
+    format: Annotated[Literal["om", "openai"], Query(description="openai: a chat-completions list")] = "om",
+    wait: Annotated[bool, Query(description="false: never block on synchronous work")] = True,
+) -> Response:
+    turn = take_turn(
+        deps,
+        tenant=tenant,
+        thread_id=thread_id,
+        messages=body.messages,
+        resource_id=body.resource_id,
+        caller_model=model,
+        wait=wait,
+    )
+    appended = turn.appended
+    # the append's parts without its status: the read's status closes the list
+    before = append_parts(deps, appended)[:-1]
+    extra = {
+        "appended": [
+            {"message_id": a.message_id, "seq": a.seq, "tokens": a.tokens} for a in appended.appended
+        ],
+        "duplicates": appended.duplicates,
+    }
+    return _context_answer(deps, thread_id, turn.read, format, before=before, extra=extra)
+
+
+def _context_answer(
+    deps: Deps,
+    thread_id: str,
+    read: ContextRead,
+    format: Literal["om", "openai"],
+    *,
+    before: list[dict[str, Any]] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Response:
     window, stream_id = read.window, read.stream_id
     # what this read caused (activations, a synchronous cycle)
     parts = parts_since(deps, read.found, window.version) if read.found is not None else []
@@ -199,9 +254,10 @@ def get_thread_context(
     common = {
         "thread_id": thread_id,
         "version": window.version,
+        **(extra or {}),
         "status": window.status,
         "warnings": window.warnings,
-        "parts": [*parts, status],
+        "parts": [*(before or []), *parts, status],
     }
     if format == "openai":
         return json_response({**common, "messages": openai_messages(window)})
@@ -384,7 +440,9 @@ def get_recall(
     cursor: Annotated[str | None, Query(max_length=600)] = None,
     recall_thread_id: Annotated[str | None, Query(alias="thread_id", max_length=256)] = None,
     anchor: Literal["start", "end"] = "start",
-    page: Annotated[int, Query(ge=-1_000_000, le=1_000_000)] = 1,
+    page: Annotated[
+        int | None, Query(ge=-1_000_000, le=1_000_000, description="messages: 1 by default; threads: from 0")
+    ] = None,
     limit: Annotated[int | None, Query(ge=-1_000_000, le=1_000_000)] = None,
     detail: Literal["low", "high"] = "low",
     part_type: Annotated[str | None, Query(max_length=100)] = None,

@@ -1,8 +1,9 @@
 """The inline executor: runs requested model work in this process, for the demo and embedded tests.
 
 Synchronous work (queue ``om.sync``) is left to the reader that requested it: it is waiting for the result
-and runs the task itself. Background work runs right after the commit that requested it, or on one
-background thread when ``background`` is set, which behaves like a single worker process.
+and runs the task itself. Webhook deliveries (``om.webhooks``) are left in the outbox for workers.
+Background work runs right after the commit that requested it, or on one background thread when
+``background`` is set, which behaves like a single worker process.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from om_core.application.ports import WorkDispatcher
-from om_core.application.task_requests import QUEUE_SYNC
+from om_core.application.task_requests import QUEUE_SYNC, QUEUE_WEBHOOKS
 from om_core.domain.envelope import TaskRequest
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,9 @@ class InlineDispatcher(WorkDispatcher):
             self._thread.start()
 
     def dispatch(self, tasks: Sequence[TaskRequest]) -> None:
-        background = [t for t in tasks if t.queue != QUEUE_SYNC]
+        # webhook deliveries are the workers' (they wait on other services, with retries): left in the
+        # outbox, where a deployment with workers finds and delivers them
+        background = [t for t in tasks if t.queue not in (QUEUE_SYNC, QUEUE_WEBHOOKS)]
         if self._background:
             for task in background:
                 self._inbox.put(task)

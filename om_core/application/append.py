@@ -119,8 +119,11 @@ def append_messages(
         # resource scope: the thread itself is still recorded on its own stream, with its resource
         configure_thread(deps, tenant=tenant, thread_id=thread_id, resource_id=resource_id)
 
-    def attempt(careful: bool) -> AppendOutcome:
-        state = load_state(deps.records, deps.store, stream_id, deps.states)
+    def attempt(careful: bool, trust_cache: bool) -> AppendOutcome:
+        # the first try starts from the state this process last saw, without asking the store whether it
+        # is current: the commit's compare-and-set answers that, and a lost one re-reads the record
+        held = deps.states.latest(stream_id) if trust_cache else None
+        state = held if held is not None else load_state(deps.records, deps.store, stream_id, deps.states)
         config = record_config(deps.profile, state)
         counter = counter_for(config)
         stored = deps.messages.find_messages(stream_id, [m.id for m, _ in batch]) if careful else {}
@@ -174,12 +177,16 @@ def append_messages(
             prior=plan.prior,
         )
 
+    tries = 0
+
     def optimistic() -> AppendOutcome:
+        nonlocal tries
+        tries += 1
         # most appends are new messages: let the store's key catch repeats instead of reading ids first
         try:
-            return attempt(careful=False)
+            return attempt(careful=False, trust_cache=tries == 1)
         except DuplicateMessageError:
-            return attempt(careful=True)
+            return attempt(careful=True, trust_cache=False)
 
     return retry_on_conflict(optimistic)
 
@@ -197,6 +204,9 @@ def _check_thread_overrides(deps: Deps, config: Mapping[str, Any]) -> None:
     """A thread's overrides are validated on top of the profile before anything is stored."""
     if "scope" in config:
         raise ConfigError("scope", config["scope"], "is set by the server profile, not per thread")
+    if "webhooks" in config:
+        # a client choosing where the service sends requests could point it at any address it can reach
+        raise ConfigError("webhooks", "…", "is set by the server profile, not per thread")
     if profile_scope(deps.profile) == "resource" and config:
         raise ConfigError(
             "config",

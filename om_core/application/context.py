@@ -20,7 +20,7 @@ from om_core.application.task_requests import TASK_OBSERVE_SYNC, TASK_REFLECT
 from om_core.application.unit_of_work import Plan, commit
 from om_core.application.work import WorkOutcome, run_task
 from om_core.domain import policy
-from om_core.domain.context import ContextWindow, build_context
+from om_core.domain.context import UNOBSERVED, ContextWindow, build_context
 from om_core.domain.events import ContextReturnedOverBudget, effect_event_id
 from om_core.domain.state import RecordState
 from om_core.domain.timeutil import format_time
@@ -79,8 +79,13 @@ def read_context(
     caller_model: str | None = None,
     at_version: int | None = None,
     wait: bool = True,
+    start: RecordState | None = None,
 ) -> ContextRead:
-    """``get_context``, also returning the state the read started from (None for time travel)."""
+    """``get_context``, also returning the state the read started from (None for time travel).
+
+    ``start`` is a state the caller itself just committed (a turn's append): the read begins from it
+    instead of reading the record, as if it had come a moment earlier than any later writer.
+    """
     try:
         stream_id = record_stream_for(deps, tenant, thread_id)
     except ResourceRequiredError:
@@ -91,22 +96,38 @@ def read_context(
             raise RecordNotFoundError(stream_id)
         config = record_config(deps.profile, state)
         return ContextRead(build_context(state, config, deps.clock(), thread_id=thread_id), stream_id, None)
-    state, found = _settle(deps, stream_id, caller_model, wait)
+    state, found = _settle(deps, stream_id, thread_id, caller_model, wait, start)
     config = record_config(deps.profile, state)
     window = build_context(state, config, deps.clock(), thread_id=thread_id)
-    limits = policy.resolve_limits(config, state)
-    limit = limits.block_after if limits.block_after is not None else limits.message_threshold
-    return ContextRead(_with_warning(window, limit), stream_id, found)
+    return ContextRead(_with_calls(_with_warning(window, wait), found, state), stream_id, found)
+
+
+def _with_calls(window: ContextWindow, found: RecordState, final: RecordState) -> ContextWindow:
+    """The status with ``thisRead``: the Observer and Reflector calls recorded while this read ran (its
+    own synchronous work, and whatever else committed meanwhile), so a client can see the read's spend."""
+    calls = {
+        "observerCalls": final.stats.observer_calls - found.stats.observer_calls,
+        "reflectorCalls": final.stats.reflector_calls - found.stats.reflector_calls,
+    }
+    return replace(window, status={**window.status, "thisRead": calls})
 
 
 def _settle(
-    deps: Deps, stream_id: str, caller_model: str | None, wait: bool
+    deps: Deps,
+    stream_id: str,
+    thread_id: str,
+    caller_model: str | None,
+    wait: bool,
+    start: RecordState | None,
 ) -> tuple[RecordState, RecordState]:
     """The record once no synchronous work is due, and the record as this read first found it."""
     failed_rounds = 0
     found: RecordState | None = None
     for _ in range(MAX_SYNC_ROUNDS * 4):
-        state = load_state(deps.records, deps.store, stream_id, deps.states)
+        if start is not None and start.stream_id == stream_id:
+            state, start = start, None
+        else:
+            state = load_state(deps.records, deps.store, stream_id, deps.states)
         if state.version == 0:
             raise RecordNotFoundError(stream_id)
         config = record_config(deps.profile, state)
@@ -119,6 +140,7 @@ def _settle(
             now,
             mode="read" if wait else "work",
             caller_model=caller_model,
+            reader_thread=thread_id,
         )
         try:
             commit(deps, plan)
@@ -214,14 +236,16 @@ def _apply_failure_policy(deps: Deps, state: RecordState) -> RecordState:
     return plan.state
 
 
-def _with_warning(window: ContextWindow, limit: int) -> ContextWindow:
-    if window.pending_tokens < limit:
+def _with_warning(window: ContextWindow, waited: bool) -> ContextWindow:
+    over = window.status["overBudget"]
+    if over is None or over["reason"] != UNOBSERVED:
         return window
+    why = "because observation failed (failurePolicy: continue)" if waited else "as the read did not wait"
     return replace(
         window,
         warnings=[
             *window.warnings,
-            f"the context holds {window.pending_tokens} unobserved tokens, over the limit of {limit}, "
-            "because observation failed (failurePolicy: continue)",
+            f"the context holds {over['pendingTokens']} unobserved tokens, over the limit of "
+            f"{over['limitTokens']}, {why}",
         ],
     )

@@ -75,12 +75,15 @@ def plan_decisions(
     *,
     mode: policy.Mode,
     caller_model: str | None = None,
+    reader_thread: str | None = None,
 ) -> Plan:
     """Turn policy decisions into events until the policy is satisfied or needs a model synchronously."""
     counter = counter_for(config)
     stamp = format_time(now)
     while plan.sync_cycle is None:
-        decision = policy.next_decision(plan.state, config, now, mode=mode, caller_model=caller_model)
+        decision = policy.next_decision(
+            plan.state, config, now, mode=mode, caller_model=caller_model, reader_thread=reader_thread
+        )
         if decision is None:
             break
         state = plan.state
@@ -105,6 +108,7 @@ def plan_decisions(
                 message_tokens=decision.message_tokens,
                 trigger=decision.trigger,
                 started_at=stamp,
+                discarded_chunks=list(decision.discarded_chunks),
             )
             request_cycle(plan, started, TASK_OBSERVE_SYNC, QUEUE_SYNC)
             plan.sync_cycle, plan.sync_task = started.cycle_id, TASK_OBSERVE_SYNC

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +18,7 @@ from om_core.application.ports import (
 )
 from om_core.domain import thresholds
 from om_core.domain.config import Extractor, MemoryConfig
-from om_core.domain.events import Usage
+from om_core.domain.events import UNRECORDED_USAGE, Usage
 from om_core.domain.message_input import message_from_json
 from om_core.domain.observation_log import (
     TruncationResult,
@@ -30,6 +30,7 @@ from om_core.domain.observer_output import (
     ObserverOutput,
     ThreadObservations,
     detect_degenerate_repetition,
+    parse_json_reply,
     parse_observer_output,
     validate_extracted_value,
 )
@@ -49,9 +50,11 @@ MAX_PARALLEL_BATCHES = 4
 
 
 class ObserverFailedError(RuntimeError):
-    def __init__(self, message: str, attempts: int) -> None:
+    def __init__(self, message: str, attempts: int, usage: Usage = UNRECORDED_USAGE) -> None:
         super().__init__(message)
         self.attempts = attempts
+        # what every call of the cycle cost, the failed ones included: the failure event records it
+        self.usage = usage
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,13 @@ class UsageTally:
         self.latency_ms += response.latency_ms
         self.calls += response.attempts
 
+    def add_failure(self, error: ModelError, latency_ms: float) -> None:
+        """A call that failed for good after ``error.attempts`` attempts: providers report no tokens for
+        it, but it took its time and its attempts."""
+        self.model = self.model or error.model
+        self.latency_ms += latency_ms
+        self.calls += error.attempts
+
     def usage(self) -> Usage:
         return Usage(
             model=self.model,
@@ -96,6 +106,22 @@ class UsageTally:
             latency_ms=round(self.latency_ms, 3),
             calls=max(self.calls, 1),
         )
+
+    def failure_usage(self) -> Usage:
+        """The usage of a cycle that failed: possibly no call at all (a model that cannot be called)."""
+        return self.usage().model_copy(update={"calls": self.calls})
+
+
+def tallied_complete(models: ModelGateway, request: ModelRequest, tally: UsageTally) -> ModelResponse:
+    """``models.complete``, with the call's usage added to ``tally`` whether it succeeds or fails."""
+    started = time.monotonic()
+    try:
+        response = models.complete(request)
+    except ModelError as error:
+        tally.add_failure(error, (time.monotonic() - started) * 1000)
+        raise
+    tally.add(response)
+    return response
 
 
 def extractor_specs(extractors: Sequence[Extractor]) -> list[ExtractorSpec]:
@@ -134,7 +160,26 @@ def observe_messages(
     cycle_id: str = "",
 ) -> ObservationResult:
     """Observe ``messages``: one Observer call in thread scope; in resource scope, the threads batched by
-    ``maxTokensPerBatch`` and the batches observed in parallel, each thread's notes in its own section."""
+    ``maxTokensPerBatch`` and the batches observed in parallel, each thread's notes in its own section.
+
+    Raises ObserverFailedError, with the usage of every call made, when the cycle failed."""
+    tally = UsageTally()
+    try:
+        return _observe(models, state, config, messages, buffered=buffered, cycle_id=cycle_id, tally=tally)
+    except (ModelError, ObserverFailedError) as exc:
+        raise ObserverFailedError(str(exc), attempts=tally.calls, usage=tally.failure_usage()) from exc
+
+
+def _observe(
+    models: ModelGateway,
+    state: RecordState,
+    config: MemoryConfig,
+    messages: Sequence[WindowMessage],
+    *,
+    buffered: bool,
+    cycle_id: str,
+    tally: UsageTally,
+) -> ObservationResult:
     counter = counter_for(config)
     previous = truncate_previous_observations(
         previous_observations(state, include_chunks=buffered),
@@ -142,7 +187,6 @@ def observe_messages(
         counter.count_text,
     )
     specs = extractor_specs(config.observation.extract)
-    tally = UsageTally()
     if config.scope == "resource":
         parsed, transcript_text = _observe_threads(models, state, config, messages, previous, specs, tally)
     else:
@@ -170,8 +214,16 @@ def observe_messages(
         if spec.inline:
             continue
         try:
-            extracted[spec.slug] = _run_schema_extractor(
-                models, config, model, spec, parsed.observations, transcript_text, state.extracted, tally
+            extracted[spec.slug] = run_schema_extractor(
+                models,
+                config,
+                model,
+                spec,
+                role="observer",
+                observations=parsed.observations,
+                transcript=transcript_text,
+                previous=state.extracted,
+                tally=tally,
             )
         except (ModelError, ModelConfigurationError, ValueError) as exc:
             # one extractor failing never discards the observations or the other extractors
@@ -235,20 +287,21 @@ def _call_observer(
     unusable: list[str] = []
     for _ in range(OBSERVER_ATTEMPTS):
         try:
-            response = models.complete(
+            response = tallied_complete(
+                models,
                 ModelRequest(
                     model=model,
                     messages=request,
                     purpose="observer",
                     settings=_settings(config, "observer"),
                     provider_options=dict(config.observation.provider_options),
-                )
+                ),
+                tally,
             )
         except ModelConfigurationError as exc:
             # the config was accepted while the model could be called (its key was set then): a failed
             # cycle that failurePolicy answers for, not an error of the service
             raise ObserverFailedError(f"the Observer ({model}) cannot be called: {exc}", tally.calls) from exc
-        tally.add(response)
         if detect_degenerate_repetition(response.text):
             unusable.append("degenerate repetition")
             continue
@@ -350,38 +403,45 @@ def _observe_threads(
     return combined, "\n\n".join(text for _, text in results)
 
 
-def _run_schema_extractor(
+def run_schema_extractor(
     models: ModelGateway,
     config: MemoryConfig,
     model: str,
     spec: ExtractorSpec,
+    *,
+    role: thresholds.Role,
     observations: str,
-    transcript: str,
-    previous: dict[str, Any],
+    transcript: str | None,
+    previous: Mapping[str, Any],
     tally: UsageTally,
 ) -> Any:
+    """One schema extractor's structured-output call, with the model, settings and provider options of
+    the role it follows (the Observer's or the Reflector's). ValueError when the answer is not JSON or
+    lies outside the schema."""
     schema = dict(spec.schema or {})
     request = build_extractor_request(
         spec,
         observations=observations,
-        source="observation",
+        source="observation" if role == "observer" else "reflection",
         transcript=transcript,
         previous_value=previous.get(spec.slug) if spec.include_previous else None,
     )
-    response = models.complete(
+    role_config = config.observation if role == "observer" else config.reflection
+    response = tallied_complete(
+        models,
         ModelRequest(
             model=model,
             messages=request,
             purpose=f"extractor:{spec.slug}",
-            settings=_settings(config, "observer"),
-            provider_options=dict(config.observation.provider_options),
+            settings=_settings(config, role),
+            provider_options=dict(role_config.provider_options),
             response_schema=schema,
-        )
+        ),
+        tally,
     )
-    tally.add(response)
     try:
-        value = json.loads(response.text)
-    except json.JSONDecodeError as exc:
+        value = parse_json_reply(response.text)
+    except ValueError as exc:
         raise ValueError(f"extractor {spec.slug!r} did not answer with JSON: {exc}") from exc
     problems = validate_extracted_value(value, schema)
     if problems:

@@ -107,6 +107,8 @@ class ThreadRow:
     config: JSONDict
     version: int
     updated_at: datetime | None
+    # when the thread's own stream began (its first event), what recall's ``before``/``after`` filter on
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,13 +231,14 @@ class RecordProjection(abc.ABC):
         tenant: str,
         *,
         resource_id: str | None = None,
-        before: datetime | None = None,
-        after: datetime | None = None,
+        thread_ids: Sequence[str] | None = None,
+        created_before: datetime | None = None,
+        created_after: datetime | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[ThreadRow]:
-        """The tenant's thread records (optionally of one resource, updated before/after a moment), most
-        recently updated first."""
+        """The tenant's thread records (optionally of one resource, or these threads, created before/after a
+        moment), most recently updated first."""
 
 
 class MessageQueries(abc.ABC):
@@ -251,26 +254,37 @@ class MessageQueries(abc.ABC):
         stream_id: str,
         *,
         thread_id: str | None = None,
-        cursor: tuple[datetime, str] | None = None,
+        cursor: int | None = None,
         backward: bool = False,
         limit: int = 50,
     ) -> list[StoredMessage]:
-        """A page of the stream's messages ordered by ``(created_at, message_id)``, oldest first.
+        """A page of the stream's messages in stream order (``seq``), oldest first.
 
-        Forward pages start after ``cursor``; backward pages (``backward=True``) end before it, so
-        ``backward=True`` without a cursor is the latest ``limit`` messages. ``thread_id`` narrows a resource
-        stream to one thread.
+        Stream order, not creation time: the messages of one append share a moment, and their ids need not
+        sort. Forward pages start after the message of seq ``cursor``; backward pages (``backward=True``)
+        end right before it, so ``backward=True`` without a cursor is the latest ``limit`` messages.
+        ``thread_id`` narrows a resource stream to one thread.
         """
 
     @abc.abstractmethod
-    def message_by_id(self, tenant: str, message_id: str) -> StoredMessage | None:
-        """A message of any of the tenant's streams, by id (recall cursors name messages, not threads)."""
+    def messages_with_id(self, stream_ids: Sequence[str], message_id: str) -> list[StoredMessage]:
+        """The message of that id in each of ``stream_ids`` that holds one (ids are unique per stream only).
+
+        Recall resolves a cursor within the record's lineage this way, never across the tenant.
+        """
 
     @abc.abstractmethod
     def search_messages(
-        self, tenant: str, text: str, *, stream_ids: Sequence[str] | None = None, limit: int = 10
+        self,
+        tenant: str,
+        text: str,
+        *,
+        stream_ids: Sequence[str] | None = None,
+        thread_ids: Sequence[str] | None = None,
+        limit: int = 10,
     ) -> list[MessageHit]:
-        """The tenant's messages (of ``stream_ids`` when given) whose text matches ``text``, best first."""
+        """The tenant's messages (of ``stream_ids`` and ``thread_ids`` when given) whose text matches
+        ``text``, best first."""
 
 
 class Outbox(abc.ABC):
@@ -403,6 +417,50 @@ class ModelGateway(abc.ABC):
     @abc.abstractmethod
     def embed(self, request: EmbeddingRequest) -> EmbeddingResponse:
         """Embed texts (one vector each, in order), retrying transient failures within the same bound."""
+
+
+# --- chat models (the OpenAI-compatible proxy) ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChatCall:
+    """One chat-completions call made for an app: om's prompt, and the app's own request parameters
+    (``tools``, ``tool_choice``, ``temperature``, ``stream_options``…), passed through unchanged."""
+
+    model: str
+    messages: list[JSONDict]
+    options: JSONDict = field(default_factory=dict)
+    # the provider key the request brought, when the server forwards such keys; else the server's own
+    api_key: str | None = None
+
+
+class ChatModelError(Exception):
+    """A chat call the model or its provider refused or failed: what to answer the app with, as OpenAI's
+    error object (``type``, ``code``, ``param``) and an HTTP status."""
+
+    def __init__(
+        self, status: int, message: str, *, kind: str, code: str | None = None, param: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.code = code
+        self.param = param
+
+
+class ChatModels(abc.ABC):
+    """Chat completions in OpenAI's shape, for the proxy. No retries: the app's own client retries what is
+    worth retrying, on the status this answers with."""
+
+    @abc.abstractmethod
+    def chat(self, call: ChatCall) -> JSONDict:
+        """A ``chat.completion`` object; raises ChatModelError."""
+
+    @abc.abstractmethod
+    def chat_stream(self, call: ChatCall) -> Iterator[JSONDict]:
+        """``chat.completion.chunk`` objects. The call is made before this returns, so a refusal raises
+        ChatModelError here; one during the stream raises it from the iterator."""
 
 
 # --- work dispatch -------------------------------------------------------------------------------------

@@ -1,13 +1,17 @@
 """The ``recall`` tool (docs/api.md, Recall): read back raw messages that observations only summarise.
 
-Modes: ``messages`` (page around a cursor message, forward or backward, or from either end of the thread),
-``threads`` (the record's threads with date filters) and ``search`` (Postgres full-text by default; SQLite
-substring match embedded). Paging rules follow Mastra's ``om-tools.ts``: ``page`` 0 counts as 1, pages are
-clamped to ±50 and ``limit`` to 1..20; page −1 is the ``limit`` messages right before the cursor;
+Modes: ``messages`` (page around a cursor message, forward or backward, or from either end of a thread),
+``threads`` (the resource's threads with creation-date filters) and ``search`` (Postgres full-text by
+default; SQLite substring match embedded). What a call may read is the calling thread and, unless
+``retrieval.scope`` is ``thread``, the other threads of its resource, whichever memory scope keeps the record
+(one stream per thread, or one per resource that every thread appends to). Messages page in stream order;
+a cursor is looked up in that reach only. Paging rules follow Mastra's ``om-tools.ts``: ``page`` 0 counts as
+1, pages are clamped to ±50 and ``limit`` to 1..20; page −1 is the ``limit`` messages right before the cursor;
 ``hasNextPage``/``hasPrevPage`` come from fetching one row more than needed; data-only messages take no page
-slot. ``detail=low`` truncates each part with a hint to fetch it whole; ``detail=high`` returns one part per
-call with hints to the next one; ``partIndex`` returns one part of the cursor message, chunked by
-``charOffset`` when it exceeds the token budget.
+slot; threads pages count from 0. ``detail=low`` truncates each part with a hint to fetch it whole;
+``detail=high`` returns one part per call with hints to the next one; ``partIndex`` returns one part of the
+cursor message, chunked by ``charOffset`` when it exceeds the token budget. Messages answers carry the
+reference's ``count``, ``truncated`` and ``tokenOffset``; threads answers ``count`` and ``hasMore``.
 
 The answer is the tool's result as the model reads it (camelCase keys, hints phrased as calls), the same
 in process as over HTTP; what the tool refuses it raises as a RecallError.
@@ -24,9 +28,11 @@ from typing import Any, Literal
 
 from om_core.application.configuration import counter_for, record_config
 from om_core.application.deps import Deps
-from om_core.application.streams import thread_stream_id
-from om_core.application.threads import thread_state
+from om_core.application.ports import ThreadRow
+from om_core.application.streams import RecordNotFoundError, record_stream_for, thread_stream_id
+from om_core.application.threads import record_stream, thread_state
 from om_core.application.vector_index import GroupHit, search_observations, vector_index_enabled
+from om_core.domain.config import MemoryConfig, RetrievalConfig
 from om_core.domain.envelope import StoredMessage
 
 MAX_PAGE = 50
@@ -54,7 +60,8 @@ class RecallQuery:
     cursor: str | None = None
     thread_id: str | None = None
     anchor: Literal["start", "end"] = "start"
-    page: int = 1
+    # None: the mode's first page (1 for messages, 0 for threads)
+    page: int | None = None
     limit: int | None = None
     detail: Detail = "low"
     part_type: str | None = None
@@ -65,9 +72,9 @@ class RecallQuery:
     after: datetime | None = None
 
 
-def normalize_page(page: int) -> int:
+def normalize_page(page: int | None) -> int:
     """``page: 0`` ⇒ 1, clamped to −50..50 (scenario 35)."""
-    if page == 0:
+    if page is None or page == 0:
         return 1
     return max(-MAX_PAGE, min(MAX_PAGE, page))
 
@@ -102,10 +109,24 @@ class CursorIsRangeError(RecallError):
 
 
 class CursorNotFoundError(RecallError):
-    """No message with the cursor's id in the thread read (one of another thread counts as none)."""
+    """No message with the cursor's id in what the call may read (one of another resource counts as none)."""
 
     def __init__(self, cursor: str) -> None:
-        super().__init__(f"no message {cursor!r} in this thread", {"cursor": cursor})
+        super().__init__(f"no message {cursor!r} in the threads this recall can read", {"cursor": cursor})
+
+
+class CursorAmbiguousError(RecallError):
+    """Threads of the resource kept apart (thread scope) each hold a message of the cursor's id."""
+
+    def __init__(self, cursor: str, thread_ids: list[str]) -> None:
+        super().__init__(
+            f"message id {cursor!r} exists in threads {', '.join(thread_ids)}; pass threadId to say which",
+            {
+                "cursor": cursor,
+                "threads": thread_ids,
+                "hint": f'recall cursor="{cursor}" threadId="{thread_ids[0]}"',
+            },
+        )
 
 
 class CursorRequiredError(RecallError):
@@ -129,11 +150,16 @@ class QueryRequiredError(RecallError):
 
 
 class ThreadScopeError(RecallError):
-    """Another thread was asked for, but the record is thread-scoped."""
+    """Another thread was asked for, but ``retrieval.scope`` is ``thread``."""
 
     def __init__(self) -> None:
-        super().__init__("this record is thread-scoped: recall can only read the current thread")
+        super().__init__("retrieval.scope is thread: recall can only read the current thread")
 
+
+# what ``partType`` selects: Mastra's kinds (a tool invocation is a ``tool-call``, and a ``tool-result`` once
+# it has an outcome) and this service's own stored type ``tool-invocation`` (the part whole)
+PART_TYPES = ("text", "tool-call", "tool-result", "reasoning", "image", "file", "tool-invocation")
+_TOOL_OUTCOMES = ("result", "error", "output-denied")
 
 _RANGE = re.compile(r"^[^:,\s]+:[^:,\s]+$")
 
@@ -167,22 +193,31 @@ def tool_schema() -> dict[str, Any]:
             "cursor": {"type": "string", "description": "a message id (not a start:end range)"},
             "threadId": {"type": "string", "description": "another thread of this resource, or 'current'"},
             "anchor": {"type": "string", "enum": ["start", "end"], "default": "start"},
-            "page": {"type": "integer", "minimum": -MAX_PAGE, "maximum": MAX_PAGE, "default": 1},
+            "page": {
+                "type": "integer",
+                "minimum": -MAX_PAGE,
+                "maximum": MAX_PAGE,
+                "description": "messages: from the cursor, 1 (default) forward, -1 backward; threads: from 0",
+            },
             "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
             "detail": {"type": "string", "enum": ["low", "high"], "default": "low"},
             "partType": {
                 "type": "string",
-                "description": "only parts of this type (text, tool-invocation, …)",
+                "enum": list(PART_TYPES),
+                "description": "messages mode: only parts of this type",
             },
-            "toolName": {"type": "string", "description": "only tool parts of this tool"},
+            "toolName": {
+                "type": "string",
+                "description": "messages mode: only tool calls and results of this tool",
+            },
             "partIndex": {"type": "integer", "minimum": 0, "description": "one part of the cursor message"},
             "charOffset": {"type": "integer", "minimum": 0, "description": "continue a long part from here"},
             "before": {
                 "type": "string",
                 "format": "date-time",
-                "description": "threads mode: updated before",
+                "description": "threads mode: created before",
             },
-            "after": {"type": "string", "format": "date-time", "description": "threads mode: updated after"},
+            "after": {"type": "string", "format": "date-time", "description": "threads mode: created after"},
         },
         "additionalProperties": False,
     }
@@ -195,13 +230,18 @@ def tool_schema() -> dict[str, Any]:
 # --- rendering parts --------------------------------------------------------------------------------------
 
 
-def _part_text(part: dict[str, Any]) -> str:
+def _part_text(part: dict[str, Any], part_type: str | None = None) -> str:
+    """A part as recall shows it; a tool invocation asked for as ``tool-call`` or ``tool-result`` shows that
+    side only."""
     kind = str(part.get("type", ""))
     if kind in ("text", "reasoning"):
         return str(part.get("text", ""))
     if kind == "tool-invocation":
         body: dict[str, Any] = {"tool": part.get("toolName"), "state": part.get("state")}
-        for key in ("args", "result", "error"):
+        keys = {"tool-call": ("args",), "tool-result": ("result", "error")}.get(
+            part_type or "", ("args", "result", "error")
+        )
+        for key in keys:
             if part.get(key) is not None:
                 body[key] = part[key]
         return json.dumps(body, ensure_ascii=False)
@@ -242,7 +282,14 @@ def _low_budget(part: dict[str, Any]) -> int:
 
 
 def _matches(part: dict[str, Any], q: RecallQuery) -> bool:
-    if q.part_type and part.get("type") != q.part_type:
+    kind = part.get("type")
+    if q.part_type == "tool-call":
+        if kind != "tool-invocation":
+            return False
+    elif q.part_type == "tool-result":
+        if kind != "tool-invocation" or part.get("state") not in _TOOL_OUTCOMES:
+            return False
+    elif q.part_type and kind != q.part_type:
         return False
     return not (q.tool_name and part.get("toolName") != q.tool_name)
 
@@ -266,7 +313,7 @@ def _render_low(messages: list[StoredMessage], q: RecallQuery, count: CountToken
         for index, part in enumerate(message.message.get("parts", [])):
             if not isinstance(part, dict) or not _matches(part, q):
                 continue
-            full = _part_text(part)
+            full = _part_text(part, q.part_type)
             text, cut = _truncate(full, _low_budget(part), count)
             entry: dict[str, Any] = {"partIndex": index, "type": part.get("type"), "text": text}
             if part.get("toolName"):
@@ -285,7 +332,9 @@ def _render_low(messages: list[StoredMessage], q: RecallQuery, count: CountToken
                 )
             used += count(text)
             out_parts.append(entry)
-        rendered.append((message, out_parts))
+        if out_parts or not (q.part_type or q.tool_name):
+            # under a part filter a message with nothing of that kind still takes its page slot, unshown
+            rendered.append((message, out_parts))
     # leftover budget widens truncated parts: the user's own words first
     for _, entry, full, cap in sorted(pending, key=lambda item: item[0]):
         left = OUTPUT_BUDGET_TOKENS - used
@@ -299,18 +348,114 @@ def _render_low(messages: list[StoredMessage], q: RecallQuery, count: CountToken
             if not cut:
                 entry.pop("truncated", None)
                 entry.pop("hint", None)
-    out = {"messages": [_message_out(m, parts) for m, parts in rendered]}
+    shown = [_message_out(m, parts) for m, parts in rendered]
     if used > OUTPUT_BUDGET_TOKENS:
-        # hard limit: drop whole trailing messages until the output fits, and say where it stopped
-        offset = 0
-        kept: list[dict[str, Any]] = []
-        for message_json in out["messages"]:
+        # hard limit: drop whole trailing messages until the output fits; ``tokenOffset`` is how much was cut
+        kept_tokens = 0
+        for kept, message_json in enumerate(shown):
             size = sum(count(p["text"]) for p in message_json["parts"])
-            if offset + size > OUTPUT_BUDGET_TOKENS and kept:
-                return {"messages": kept, "truncated": True, "tokenOffset": offset}
-            kept.append(message_json)
-            offset += size
-    return out
+            if kept_tokens + size > OUTPUT_BUDGET_TOKENS and kept:
+                return _page_out(shown[:kept], truncated=True, token_offset=used - kept_tokens)
+            kept_tokens += size
+    return _page_out(shown, truncated=False, token_offset=0)
+
+
+def _page_out(shown: list[dict[str, Any]], *, truncated: bool, token_offset: int) -> dict[str, Any]:
+    return {"messages": shown, "count": len(shown), "truncated": truncated, "tokenOffset": token_offset}
+
+
+# --- what one call may read -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Reach:
+    """The calling thread and, when ``across``, the other threads of its resource.
+
+    ``shared``: the memory keeps one record per resource, so every thread's messages are in one stream and
+    a thread is a filter on it; otherwise each thread is a stream of its own.
+    """
+
+    deps: Deps
+    tenant: str
+    thread_id: str
+    resource_id: str | None
+    stream_id: str
+    shared: bool
+    across: bool
+
+    def stream_of(self, thread_id: str) -> str:
+        if thread_id == self.thread_id or self.shared:
+            return self.stream_id
+        return record_stream_for(self.deps, self.tenant, thread_id, self.resource_id)
+
+    def thread_named(self, requested: str | None) -> str:
+        """The thread ``threadId`` names, once it is known to be one this call may read."""
+        if requested in (None, "", "current") or requested == self.thread_id:
+            return self.thread_id
+        assert requested is not None
+        if not self.across:
+            raise ThreadScopeError()
+        other = thread_state(self.deps, tenant=self.tenant, thread_id=requested)
+        if self.resource_id is None or other.resource_id != self.resource_id:
+            # a thread of another resource is no thread at all, as one of another tenant is
+            raise RecordNotFoundError(thread_stream_id(self.tenant, requested))
+        return requested
+
+    def resource_threads(self) -> list[ThreadRow]:
+        """Every thread of the resource, most recently updated first."""
+        assert self.resource_id is not None
+        rows: list[ThreadRow] = []
+        while True:
+            batch = self.deps.records.list_threads(
+                self.tenant, resource_id=self.resource_id, limit=THREADS_BATCH, offset=len(rows)
+            )
+            rows.extend(batch)
+            if len(batch) < THREADS_BATCH:
+                return rows
+
+    def cursor_message(self, cursor: str, named: str | None) -> StoredMessage:
+        """The cursor's message: in the named thread, else the calling thread, else (when the reach spans
+        the resource) whichever thread of the resource holds it."""
+        if _is_range(cursor):
+            raise CursorIsRangeError(cursor)
+        thread = named or self.thread_id
+        own = [
+            m
+            for m in self.deps.messages.messages_with_id([self.stream_of(thread)], cursor)
+            if m.thread_id == thread
+        ]
+        if own:
+            return own[0]
+        if named is None and self.across and self.resource_id is not None:
+            streams = (
+                [self.stream_id]
+                if self.shared
+                else [self.stream_of(r.thread_id) for r in self.resource_threads() if r.thread_id != thread]
+            )
+            found = self.deps.messages.messages_with_id(streams, cursor)
+            if len(found) > 1:
+                raise CursorAmbiguousError(cursor, sorted(str(m.thread_id) for m in found))
+            if found:
+                return found[0]
+        raise CursorNotFoundError(cursor)
+
+
+# list_threads fetches a resource's threads this many at a time
+THREADS_BATCH = 500
+
+
+def _reach(deps: Deps, tenant: str, thread_id: str, resource_id: str | None, config: MemoryConfig) -> _Reach:
+    retrieval = config.retrieval or RetrievalConfig()
+    stream_id = record_stream(deps, tenant=tenant, thread_id=thread_id)
+    return _Reach(
+        deps=deps,
+        tenant=tenant,
+        thread_id=thread_id,
+        resource_id=resource_id,
+        stream_id=stream_id,
+        shared=stream_id != thread_stream_id(tenant, thread_id),
+        across=retrieval.scope == "resource",
+    )
 
 
 # --- the modes --------------------------------------------------------------------------------------------
@@ -323,13 +468,15 @@ SemanticSearch = Callable[[str, int], list[GroupHit]]
 def recall(deps: Deps, *, tenant: str, thread_id: str, query: RecallQuery) -> dict[str, Any]:
     """Use case: the recall tool called from the thread ``thread_id``.
 
-    Raises RecordNotFoundError when the thread does not exist, a RecallError when the call cannot be
-    answered as asked, and ModelError when search needs the embedder and it fails.
+    Raises RecordNotFoundError when the thread (or the other thread asked for) does not exist or is not
+    one of the resource's, a RecallError when the call cannot be answered as asked, and ModelError when
+    search needs the embedder and it fails.
     """
     state = thread_state(deps, tenant=tenant, thread_id=thread_id)
     config = record_config(deps.profile, state)
+    reach = _reach(deps, tenant, thread_id, state.resource_id, config)
     if query.mode == "threads":
-        return _threads(deps, tenant, thread_id, query, config.scope)
+        return _threads(reach, query)
     if query.mode == "search" and vector_index_enabled(config):
 
         def semantic(text: str, top_k: int) -> list[GroupHit]:
@@ -339,50 +486,33 @@ def recall(deps: Deps, *, tenant: str, thread_id: str, query: RecallQuery) -> di
 
         return _semantic_search(thread_id, query, semantic)
     if query.mode == "search":
-        return _search(deps, tenant, thread_id, query, config.scope)
-    return _messages(deps, tenant, thread_id, query, counter_for(config).count_text, config.scope)
+        return _search(reach, query)
+    return _messages(reach, query, counter_for(config).count_text)
 
 
-def _target_stream(tenant: str, thread_id: str, q: RecallQuery, scope: str) -> str:
-    target = q.thread_id if q.thread_id not in (None, "", "current") else thread_id
-    assert target is not None
-    if target != thread_id and scope != "resource":
-        raise ThreadScopeError()
-    return thread_stream_id(tenant, target)
-
-
-def _messages(
-    deps: Deps, tenant: str, thread_id: str, q: RecallQuery, count: CountTokens, scope: str
-) -> dict[str, Any]:
-    stream_id = _target_stream(tenant, thread_id, q, scope)
+def _messages(reach: _Reach, q: RecallQuery, count: CountTokens) -> dict[str, Any]:
+    target = reach.thread_named(q.thread_id)
+    named = None if target == reach.thread_id and q.thread_id in (None, "", "current") else target
     page = normalize_page(q.page)
     limit = normalize_limit(q.limit)
     cursor_message: StoredMessage | None = None
     if q.cursor:
-        if _is_range(q.cursor):
-            raise CursorIsRangeError(q.cursor)
-        cursor_message = deps.messages.message_by_id(tenant, q.cursor)
-        if cursor_message is None or cursor_message.stream_id != stream_id:
-            # a cursor from another thread is rejected the same way as an unknown one
-            raise CursorNotFoundError(q.cursor)
+        cursor_message = reach.cursor_message(q.cursor, named)
+        # a cursor of another thread of the resource browses that thread
+        target = cursor_message.thread_id or target
     if q.part_index is not None:
         if cursor_message is None:
             raise CursorRequiredError()
-        return {
-            "mode": "messages",
-            "threadId": stream_id.split("/", 2)[-1],
-            "cursor": q.cursor,
-            "detail": "high",
-            **_one_part(cursor_message, q.part_index, q.char_offset, count),
-        }
+        part = _one_part(cursor_message, q.part_index, q.char_offset, count)
+        return {"mode": "messages", "threadId": target, "cursor": q.cursor, "detail": "high", **part}
 
     backward = page < 0 or (cursor_message is None and q.anchor == "end")
     skip = (abs(page) - 1) * limit
     wanted = skip + limit + 1
-    cursor_key = (cursor_message.created_at, cursor_message.message_id) if cursor_message else None
-    rows = _collect(deps, stream_id, cursor_key, backward, wanted)
+    cursor_seq = cursor_message.seq if cursor_message else None
+    rows = _collect(reach.deps, reach.stream_of(target), target, cursor_seq, backward, wanted)
     if backward:
-        # nearest first for slot counting, then back to chronological order
+        # nearest first for slot counting, then back to stream order
         nearest = list(reversed(rows))
         page_rows = list(reversed(nearest[skip : skip + limit]))
         more_beyond = len(nearest) > skip + limit
@@ -393,7 +523,7 @@ def _messages(
         has_prev = skip > 0 or cursor_message is not None
     result: dict[str, Any] = {
         "mode": "messages",
-        "threadId": stream_id.split("/", 2)[-1],
+        "threadId": target,
         "cursor": q.cursor,
         "page": page,
         "limit": limit,
@@ -409,14 +539,17 @@ def _messages(
 
 
 def _collect(
-    deps: Deps, stream_id: str, cursor: tuple[datetime, str] | None, backward: bool, wanted: int
+    deps: Deps, stream_id: str, thread_id: str, cursor: int | None, backward: bool, wanted: int
 ) -> list[StoredMessage]:
-    """Up to ``wanted`` non-data-only messages after (or before) ``cursor``, chronological."""
+    """Up to ``wanted`` non-data-only messages of the thread after (or before) the seq ``cursor``, in
+    stream order."""
     found: list[StoredMessage] = []
     position = cursor
     batch = max(wanted, 50)
     while len(found) < wanted:
-        page = deps.messages.read_messages(stream_id, cursor=position, backward=backward, limit=batch)
+        page = deps.messages.read_messages(
+            stream_id, thread_id=thread_id, cursor=position, backward=backward, limit=batch
+        )
         if not page:
             break
         ordered = list(reversed(page)) if backward else page
@@ -425,8 +558,7 @@ def _collect(
                 found.append(message)
                 if len(found) >= wanted:
                     break
-        last = ordered[-1]
-        position = (last.created_at, last.message_id)
+        position = ordered[-1].seq
         if len(page) < batch:
             break
     return list(reversed(found)) if backward else found
@@ -443,7 +575,7 @@ def _high(rows: list[StoredMessage], q: RecallQuery, count: CountTokens, page: i
         if not parts:
             continue
         index, _ = parts[0]
-        out = _one_part(message, index, 0, count)
+        out = _one_part(message, index, 0, count, q.part_type)
         hints = []
         if len(parts) > 1:
             hints.append(
@@ -454,15 +586,19 @@ def _high(rows: list[StoredMessage], q: RecallQuery, count: CountTokens, page: i
         hints.append(f"next page: page={page + 1 if page > 0 else page - 1}")
         out["hints"] = hints
         return out
-    return {"messages": [], "hints": []}
+    return {"messages": [], "count": 0, "truncated": False, "tokenOffset": 0, "hints": []}
 
 
-def _one_part(message: StoredMessage, index: int, char_offset: int, count: CountTokens) -> dict[str, Any]:
+def _one_part(
+    message: StoredMessage, index: int, char_offset: int, count: CountTokens, part_type: str | None = None
+) -> dict[str, Any]:
+    """One part whole, or the chunk of it from ``char_offset`` that fits the budget (``truncated``, with the
+    tokens left as ``tokenOffset`` and where to continue)."""
     parts = message.message.get("parts", [])
     if index < 0 or index >= len(parts):
         raise PartIndexOutOfRangeError(message.message_id, len(parts), index)
     part = parts[index]
-    full = _part_text(part)
+    full = _part_text(part, part_type)
     if char_offset < 0 or char_offset > len(full):
         raise CharOffsetOutOfRangeError(len(full))
     rest = full[char_offset:]
@@ -472,7 +608,12 @@ def _one_part(message: StoredMessage, index: int, char_offset: int, count: Count
     entry: dict[str, Any] = {"partIndex": index, "type": part.get("type"), "text": text}
     if part.get("toolName"):
         entry["toolName"] = part["toolName"]
-    out: dict[str, Any] = {"messages": [_message_out(message, [entry])]}
+    out: dict[str, Any] = {
+        "messages": [_message_out(message, [entry])],
+        "count": 1,
+        "truncated": cut,
+        "tokenOffset": count(rest[len(text) :]) if cut else 0,
+    }
     if cut:
         next_offset = char_offset + len(text)
         out["nextCharOffset"] = next_offset
@@ -480,48 +621,51 @@ def _one_part(message: StoredMessage, index: int, char_offset: int, count: Count
     return out
 
 
-def _threads(deps: Deps, tenant: str, thread_id: str, q: RecallQuery, scope: str) -> dict[str, Any]:
+def _thread_out(row: ThreadRow, current: str) -> dict[str, Any]:
+    here = row.thread_id == current
+    return {
+        "id": row.thread_id,
+        "title": row.title,
+        "createdAt": row.created_at.isoformat() if row.created_at else None,
+        "updatedAt": row.updated_at.isoformat() if row.updated_at else None,
+        "resourceId": row.resource_id,
+        "current": here,
+        "label": f"{row.title or row.thread_id}{' ← current' if here else ''}",
+    }
+
+
+def _threads(reach: _Reach, q: RecallQuery) -> dict[str, Any]:
     limit = normalize_limit(q.limit, DEFAULT_LIMIT, THREADS_MAX_LIMIT)
-    page = max(1, normalize_page(q.page))
-    if scope != "resource":
-        rows = [
-            r
-            for r in deps.records.list_threads(tenant, before=q.before, after=q.after, limit=10_000)
-            if r.thread_id == thread_id
-        ]
-    else:
-        current = [r for r in deps.records.list_threads(tenant, limit=10_000) if r.thread_id == thread_id]
-        resource = current[0].resource_id if current else None
-        rows = (
-            deps.records.list_threads(
-                tenant,
-                resource_id=resource,
-                before=q.before,
-                after=q.after,
-                limit=limit + 1,
-                offset=(page - 1) * limit,
-            )
-            if resource is not None
-            else current
+    page = max(0, q.page or 0)
+    if reach.across and reach.resource_id is not None:
+        rows = reach.deps.records.list_threads(
+            reach.tenant,
+            resource_id=reach.resource_id,
+            created_before=q.before,
+            created_after=q.after,
+            limit=limit + 1,
+            offset=page * limit,
         )
-    has_next = len(rows) > limit
+    else:
+        # the calling thread alone: one page, filtered by the same dates
+        rows = (
+            reach.deps.records.list_threads(
+                reach.tenant,
+                thread_ids=[reach.thread_id],
+                created_before=q.before,
+                created_after=q.after,
+            )
+            if page == 0
+            else []
+        )
+    shown = rows[:limit]
     return {
         "mode": "threads",
         "page": page,
         "limit": limit,
-        "hasNextPage": has_next,
-        "hasPrevPage": page > 1,
-        "threads": [
-            {
-                "id": r.thread_id,
-                "title": r.title,
-                "updatedAt": r.updated_at.isoformat() if r.updated_at else None,
-                "resourceId": r.resource_id,
-                "current": r.thread_id == thread_id,
-                "label": f"{r.title or r.thread_id}{' ← current' if r.thread_id == thread_id else ''}",
-            }
-            for r in rows[:limit]
-        ],
+        "count": len(shown),
+        "hasMore": len(rows) > limit,
+        "threads": [_thread_out(r, reach.thread_id) for r in shown],
     }
 
 
@@ -546,25 +690,21 @@ def _semantic_search(thread_id: str, q: RecallQuery, semantic: SemanticSearch) -
     return _search_answer(q, top_k, "vector", thread_id, results)
 
 
-def _search(deps: Deps, tenant: str, thread_id: str, q: RecallQuery, scope: str) -> dict[str, Any]:
+def _search(reach: _Reach, q: RecallQuery) -> dict[str, Any]:
     top_k = _search_top_k(q)
-    if scope == "resource":
-        current = [r for r in deps.records.list_threads(tenant, limit=10_000) if r.thread_id == thread_id]
-        resource = current[0].resource_id if current else None
-        streams = (
-            [
-                thread_stream_id(tenant, r.thread_id)
-                for r in deps.records.list_threads(tenant, resource_id=resource, limit=10_000)
-            ]
-            if resource is not None
-            else [thread_stream_id(tenant, thread_id)]
-        )
+    whole_resource = reach.across and reach.resource_id is not None
+    if reach.shared:
+        streams, threads = [reach.stream_id], (None if whole_resource else [reach.thread_id])
+    elif whole_resource:
+        streams, threads = [reach.stream_of(r.thread_id) for r in reach.resource_threads()], None
     else:
-        streams = [thread_stream_id(tenant, thread_id)]
-    hits = deps.messages.search_messages(tenant, str(q.query), stream_ids=streams, limit=top_k)
+        streams, threads = [reach.stream_id], None
+    hits = reach.deps.messages.search_messages(
+        reach.tenant, str(q.query), stream_ids=streams, thread_ids=threads, limit=top_k
+    )
     results = (
         (
-            hit.message.stream_id.split("/", 2)[-1],
+            hit.message.thread_id or "",
             {
                 "cursor": hit.message.message_id,
                 "role": hit.message.role,
@@ -577,7 +717,7 @@ def _search(deps: Deps, tenant: str, thread_id: str, q: RecallQuery, scope: str)
         )
         for hit in hits
     )
-    return _search_answer(q, top_k, "fulltext", thread_id, results)
+    return _search_answer(q, top_k, "fulltext", reach.thread_id, results)
 
 
 def _search_top_k(q: RecallQuery) -> int:
@@ -589,15 +729,19 @@ def _search_top_k(q: RecallQuery) -> int:
 def _search_answer(
     q: RecallQuery, top_k: int, engine: str, thread_id: str, results: Iterable[tuple[str, dict[str, Any]]]
 ) -> dict[str, Any]:
-    """The search answer: results grouped by thread, in rank order, the current thread marked."""
+    """The search answer: results grouped by thread, in rank order, the current thread marked; ``count`` is
+    the number of results."""
     threads: dict[str, dict[str, Any]] = {}
+    found = 0
     for tid, result in results:
         entry = threads.setdefault(tid, {"threadId": tid, "current": tid == thread_id, "results": []})
         entry["results"].append(result)
+        found += 1
     return {
         "mode": "search",
         "query": q.query,
         "topK": top_k,
         "engine": engine,
+        "count": found,
         "threads": list(threads.values()),
     }

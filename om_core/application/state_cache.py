@@ -45,6 +45,17 @@ class StateCache:
             self._entries.move_to_end(stream_id)
         return entry[1].fork()
 
+    def latest(self, stream_id: str) -> RecordState | None:
+        """A fork of the newest state held for ``stream_id``, unverified. Only a writer may start from
+        it: its compare-and-set on the version and position tells it when somebody else wrote since, and
+        it then reads the record (``load_state``)."""
+        with self._lock:
+            entry = self._entries.get(stream_id)
+            if entry is None:
+                return None
+            self._entries.move_to_end(stream_id)
+        return entry[1].fork()
+
     def keep(self, stream_id: str, position: int, state: RecordState) -> None:
         """Hold ``state`` (the stream as of ``position``); the caller must not change that object again."""
         if self.capacity == 0:

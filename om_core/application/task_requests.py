@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from om_core.domain.envelope import TaskRequest
+from om_core.domain.envelope import JSONDict, TaskRequest
 
 TASK_OBSERVE_BUFFER = "om.observe_buffer"
 TASK_OBSERVE_SYNC = "om.observe_sync"
 TASK_REFLECT = "om.reflect"
 TASK_INDEX_OBSERVATIONS = "om.index_observations"
+TASK_DELIVER_WEBHOOK = "om.deliver_webhook"
 QUEUE_SYNC = "om.sync"
 QUEUE_BUFFER = "om.buffer"
 QUEUE_MAINTENANCE = "om.maintenance"
+# deliveries wait on other services: a queue of their own, so a slow receiver never delays model work
+QUEUE_WEBHOOKS = "om.webhooks"
 
 # A cycle asks for its model work and, once observed, for indexing: two tasks, so two outbox keys.
 _KEY_SUFFIX = {TASK_INDEX_OBSERVATIONS: ":index"}
@@ -23,4 +26,14 @@ def task_request(stream_id: str, cycle_id: str, task_name: str, queue: str) -> T
         task_name=task_name,
         queue=queue,
         payload={"stream_id": stream_id, "cycle_id": cycle_id},
+    )
+
+
+def webhook_request(stream_id: str, delivery_id: str, endpoint: str, payload: JSONDict) -> TaskRequest:
+    """The outbox row of one lifecycle event for one webhook endpoint: one key per (event, endpoint)."""
+    return TaskRequest(
+        key=f"{stream_id}:webhook:{delivery_id}:{endpoint}",
+        task_name=TASK_DELIVER_WEBHOOK,
+        queue=QUEUE_WEBHOOKS,
+        payload={"stream_id": stream_id, **payload},
     )

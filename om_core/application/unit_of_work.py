@@ -12,6 +12,7 @@ from om_core.application.deps import Deps
 from om_core.application.ports import ConcurrencyError
 from om_core.application.repository import snapshot_of
 from om_core.application.streams import tenant_of
+from om_core.application.webhooks import webhook_tasks
 from om_core.domain.envelope import NewEvent, TaskRequest
 from om_core.domain.events import DomainEvent, to_new_event
 from om_core.domain.state import RecordState, evolve
@@ -69,6 +70,8 @@ def commit(deps: Deps, plan: Plan, *, metadata: Mapping[str, Any] | None = None)
         to_new_event(event, metadata=meta, event_id=event_id)
         for event, event_id in zip(plan.events, plan.event_ids, strict=True)
     ]
+    # the lifecycle events the profile's webhooks subscribe to, delivered by the workers from the outbox
+    tasks = [*plan.tasks, *webhook_tasks(deps, plan.events, new_events, stream_id, base_version)]
     plan.state.version = base_version + len(new_events)
     result = deps.store.append(
         stream_id,
@@ -76,13 +79,13 @@ def commit(deps: Deps, plan: Plan, *, metadata: Mapping[str, Any] | None = None)
         base_version,
         expected_position=plan.base_position or None,
         snapshot=snapshot_of(plan.state, tenant_of(stream_id)),
-        tasks=plan.tasks,
+        tasks=tasks,
     )
     plan.state.position = result.global_positions[-1]
     plan.state.mark_log_stored()
     deps.states.keep(stream_id, result.global_positions[-1], plan.state.fork())
-    if plan.tasks:
-        deps.dispatcher.dispatch(plan.tasks)
+    if tasks:
+        deps.dispatcher.dispatch(tasks)
     return result.last_version
 
 

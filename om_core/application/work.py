@@ -220,11 +220,12 @@ def _run_observation(deps: Deps, stream_id: str, cycle_id: str, kind: _Observati
         result = observe_messages(
             deps.models, state, config, messages, buffered=kind.buffered, cycle_id=cycle_id
         )
-    except (ModelError, ObserverFailedError) as exc:
+    except ObserverFailedError as exc:
         failed = kind.failed(
             cycle_id=cycle_id,
             error=str(exc),
-            attempts=getattr(exc, "attempts", 1),
+            attempts=exc.attempts,
+            usage=exc.usage,
             failed_at=format_time(deps.clock()),
         )
         return _record_outcome(
@@ -323,13 +324,14 @@ def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
             buffered=flight.mode == "buffered",
             prior_values=state.extracted,
         )
-    except (ModelError, ReflectorFailedError) as exc:
+    except ReflectorFailedError as exc:
         failed = ReflectionFailed(
             cycle_id=cycle_id,
             mode=flight.mode,
             error=str(exc),
             observation_tokens=state.observation_tokens,
-            levels_tried=list(getattr(exc, "levels_tried", [])),
+            levels_tried=exc.levels_tried,
+            usage=exc.usage,
             failed_at=stamp,
         )
         return _record_outcome(
@@ -355,6 +357,8 @@ def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
                     text=result.text,
                     tokens=result.tokens,
                     levels_tried=result.levels_tried,
+                    extracted=result.extracted,
+                    extraction_failures=result.extraction_failures,
                     usage=result.usage,
                     completed_at=format_time(deps.clock()),
                     duration_ms=duration,
@@ -374,6 +378,8 @@ def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
                 observation_tokens=total,
                 over_target=not result.under_target,
                 levels_tried=result.levels_tried,
+                extracted=result.extracted,
+                extraction_failures=result.extraction_failures,
                 usage=result.usage,
                 completed_at=format_time(deps.clock()),
                 duration_ms=duration,

@@ -12,6 +12,7 @@ import difflib
 import json
 import math
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeAlias, TypeVar, get_args
@@ -30,6 +31,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from om_core.domain.lifecycle import LIFECYCLE_EVENTS
 from om_core.domain.observer_output import OUTPUT_TAGS
 from om_core.domain.tokens import TIKTOKEN_ENCODINGS
 
@@ -640,6 +642,48 @@ class ModelRetryConfig(_Section):
         return self
 
 
+WEBHOOK_SECRET_MIN_LENGTH = 16
+
+
+def _webhook_url(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be an http:// or https:// URL")
+    parsed = urllib.parse.urlsplit(value)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host")
+    return value
+
+
+def _webhook_events(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not value:
+        raise ValueError(f"must be a non-empty list of: {', '.join(LIFECYCLE_EVENTS)}")
+    unknown = [name for name in value if name not in LIFECYCLE_EVENTS]
+    if unknown:
+        raise ValueError(
+            f"unknown event(s) {', '.join(map(repr, unknown))}; known: {', '.join(LIFECYCLE_EVENTS)}"
+        )
+    if len(set(value)) != len(value):
+        raise ValueError("lists an event twice")
+    return tuple(value)
+
+
+class Webhook(_Section):
+    """An endpoint the workers POST lifecycle events to, signed with ``secret`` (docs/operations.md)."""
+
+    url: Annotated[str, BeforeValidator(_webhook_url)]
+    events: Annotated[tuple[str, ...], BeforeValidator(_webhook_events)] = LIFECYCLE_EVENTS
+    # kept out of reprs: a configuration printed in a log must not show it
+    secret: Annotated[StrictStr, Field(min_length=WEBHOOK_SECRET_MIN_LENGTH, repr=False)]
+
+
+def _unique_webhooks(webhooks: tuple[Webhook, ...]) -> tuple[Webhook, ...]:
+    urls = [w.url for w in webhooks]
+    twice = sorted({url for url in urls if urls.count(url) > 1})
+    if twice:
+        raise ValueError(f"lists the URL(s) {', '.join(twice)} twice (list every event under one entry)")
+    return webhooks
+
+
 def _retrieval(value: object) -> RetrievalConfig | None:
     if value is None or value is False:
         return None
@@ -680,6 +724,8 @@ class MemoryConfig(_Section):
     failure_policy: FailurePolicy = "abort"
     tokenizer: Annotated[str, BeforeValidator(_tokenizer)] = DEFAULT_TOKENIZER
     model_retry: ModelRetryConfig = Field(default_factory=ModelRetryConfig)
+    # set by the server profile only (a thread cannot override it): see docs/configuration.md
+    webhooks: Annotated[tuple[Webhook, ...], AfterValidator(_unique_webhooks)] = ()
 
     @model_validator(mode="before")
     @classmethod
@@ -767,7 +813,7 @@ def _option_names(models: Iterable[type[BaseModel]]) -> frozenset[str]:
 
 _OPTION_NAMES = _option_names(
     (MemoryConfig, ObservationConfig, ReflectionConfig, ModelSettings, Extractor, RetrievalConfig,
-     ModelRetryConfig, ModelByInputTokens)
+     ModelRetryConfig, ModelByInputTokens, Webhook)
 )  # fmt: skip
 
 

@@ -13,10 +13,16 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from om_core.domain import thresholds
 from om_core.domain.config import MemoryConfig
 from om_core.domain.observation_log import optimize_observations_for_context, render_groups_for_context
-from om_core.domain.policy import Limits, resolve_limits
+from om_core.domain.policy import (
+    Limits,
+    activation_count,
+    protected_from_seq,
+    protected_tokens,
+    resolve_limits,
+    sync_observation,
+)
 from om_core.domain.state import RecordState, WindowMessage
 from om_core.domain.transcript import obscure_thread_id
 
@@ -98,23 +104,65 @@ def build_context(
             system.append(f"<current-task>\n{state.current_task}\n</current-task>")
         if state.suggested_response and config.observation.continuation_hints:
             system.append(f"<suggested-response>\n{state.suggested_response}\n</suggested-response>")
-        for extractor in config.observation.extract:
+        # both lists write into one set of values: a name in both is one value, shown once
+        shown: set[str] = set()
+        for extractor in (*config.observation.extract, *config.reflection.extract):
             value = state.extracted.get(extractor.name)
-            if extractor.include_previous_extraction and value not in (None, "", {}, []):
+            if extractor.name in shown or not extractor.include_previous_extraction:
+                continue
+            if value not in (None, "", {}, []):
+                shown.add(extractor.name)
                 system.append(f"<{extractor.name}>\n{_render_value(value)}\n</{extractor.name}>")
     continuation = None
     if state.log:
         suggestion = "If a suggested response is given above, follow it. " if state.suggested_response else ""
         continuation = CONTINUATION_REMINDER.format(suggestion=suggestion)
+    status = build_status(state, config, reader_thread=thread_id if shared else None)
+    over = status["overBudget"]
+    warnings = []
+    if over is not None and over["reason"] == NEWEST_TURN:
+        warnings.append(
+            f"the context holds {over['pendingTokens']} unobserved tokens, over the limit of "
+            f"{over['limitTokens']}, because the newest user message and what follows it hold "
+            f"{over['newestTurnTokens']} tokens: they stay raw so the model sees the question verbatim"
+        )
     return ContextWindow(
         system=system,
         continuation=continuation,
         message_json=[m.body for m in own],
-        status=build_status(state, config),
+        status=status,
         version=state.version,
         pending_tokens=state.pending_tokens,
         observation_tokens=state.observation_tokens,
+        warnings=warnings,
     )
+
+
+NEWEST_TURN = "newest_turn"
+UNOBSERVED = "unobserved"
+
+
+def over_budget(state: RecordState, config: MemoryConfig, reader_thread: str | None) -> dict[str, Any] | None:
+    """Why the window is at or over its limit (blockAfter, or messageTokens without buffering), or None.
+
+    ``newest_turn``: everything before the newest user message that can be observed is; the rest is the
+    newest turn, which is never observed (docs/semantics.md). ``unobserved``: observable messages remain,
+    because observation failed (failurePolicy continue) or a read did not wait for it.
+    """
+    limits = resolve_limits(config, state)
+    limit = limits.block_after if limits.block_after is not None else limits.message_threshold
+    if state.pending_tokens < limit:
+        return None
+    protected = protected_from_seq(state, reader_thread)
+    observable = activation_count(state, limits, protected) > 0 or (
+        sync_observation(state, limits, "block_after", protected) is not None
+    )
+    return {
+        "reason": UNOBSERVED if observable else NEWEST_TURN,
+        "pendingTokens": state.pending_tokens,
+        "limitTokens": limit,
+        "newestTurnTokens": protected_tokens(state, protected),
+    }
 
 
 def _other_conversations(messages: list[WindowMessage], config: MemoryConfig) -> str:
@@ -149,8 +197,10 @@ def _render_value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def build_status(state: RecordState, config: MemoryConfig, *, step_number: int = 0) -> dict[str, Any]:
-    """The ``data-om-status`` data object, with Mastra's field names."""
+def build_status(
+    state: RecordState, config: MemoryConfig, *, step_number: int = 0, reader_thread: str | None = None
+) -> dict[str, Any]:
+    """The ``data-om-status`` data object, with Mastra's field names, and om's ``overBudget``."""
     limits = resolve_limits(config, state)
     return {
         "windows": {
@@ -184,19 +234,12 @@ def build_status(state: RecordState, config: MemoryConfig, *, step_number: int =
         "threadId": state.thread_id,
         "stepNumber": step_number,
         "generationCount": state.generation,
+        "overBudget": over_budget(state, config, reader_thread),
     }
 
 
 def _projected_removal(state: RecordState, limits: Limits) -> int:
-    if not state.chunks:
-        return 0
-    count = thresholds.select_chunks_to_activate(
-        [c.message_tokens for c in state.chunks],
-        pending_tokens=state.pending_tokens,
-        threshold=limits.message_threshold,
-        retention_floor=limits.retention_floor,
-        block_after=limits.block_after,
-    )
+    count = activation_count(state, limits, protected_from_seq(state))
     return sum(c.message_tokens for c in state.chunks[:count])
 
 

@@ -129,12 +129,19 @@ class ObservationOutcome(DomainEvent):
     duration_ms: float = 0.0
 
 
+# The usage of a failure stored before failures recorded it, or of one no model call led to (a cycle found
+# stuck): nothing known, no call counted.
+UNRECORDED_USAGE = Usage(calls=0)
+
+
 class ObservationFailure(DomainEvent):
     """An observation cycle's model work failed for good (after the gateway's retries)."""
 
     cycle_id: str
     error: str
     attempts: int = 1
+    # every model call the cycle made before it failed: failed calls cost time, and often tokens too
+    usage: Usage = UNRECORDED_USAGE
     failed_at: str
 
 
@@ -189,6 +196,8 @@ class SyncObservationStarted(DomainEvent):
     message_tokens: int
     trigger: Literal["threshold", "block_after", "manual"]
     started_at: str
+    # buffered chunks that reached into the newest turn, dropped unactivated (docs/semantics.md)
+    discarded_chunks: list[str] = []
 
 
 class SyncObservationCompleted(ObservationOutcome):
@@ -223,6 +232,8 @@ class ReflectionRequested(DomainEvent):
 
 
 class ReflectionBuffered(DomainEvent):
+    """A background reflection waiting for activation; its extracted values apply at once, as Mastra's."""
+
     event_type: ClassVar[str] = "ReflectionBuffered"
 
     cycle_id: str
@@ -232,6 +243,9 @@ class ReflectionBuffered(DomainEvent):
     text: str
     tokens: int
     levels_tried: list[int] = []
+    # reflection.extract; empty in events stored before reflection extractors ran
+    extracted: JSONDict = {}
+    extraction_failures: JSONDict = {}
     usage: Usage = Usage()
     completed_at: str
     duration_ms: float = 0.0
@@ -265,6 +279,8 @@ class ReflectionCompleted(DomainEvent):
     observation_tokens: int
     over_target: bool
     levels_tried: list[int] = []
+    extracted: JSONDict = {}
+    extraction_failures: JSONDict = {}
     usage: Usage = Usage()
     completed_at: str
     duration_ms: float = 0.0
@@ -278,6 +294,7 @@ class ReflectionFailed(DomainEvent):
     error: str
     observation_tokens: int
     levels_tried: list[int] = []
+    usage: Usage = UNRECORDED_USAGE
     failed_at: str
 
 

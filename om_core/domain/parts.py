@@ -19,6 +19,11 @@ Mapping (ours → Mastra):
 - ThreadTitleChanged → data-om-thread-update.
 Buffer-run starts, extraction and bookkeeping events have no Mastra counterpart: no part.
 
+Every ``-end`` and ``-failed`` part carries the cycle's ``usage``, as Mastra's end hooks do: the model, the
+tokens in and out, the cost, the time spent in model calls and the number of calls (retries included), for
+a failure too (what its calls cost before it failed). A discarded ``-end`` has ``usage: null``: what its
+cycle spent was never recorded by the event that closed it.
+
 Every start is closed exactly once. A cycle is open while it holds its slot in the state (buffer, sync,
 reflection in flight); the event that takes it out of its slot closes it. Its own result does so with the
 parts above; otherwise (a synchronous observation overtaking a buffer run, a synchronous reflection
@@ -59,6 +64,7 @@ from om_core.domain.events import (
     SyncObservationStarted,
     TemporalMarkerInserted,
     ThreadTitleChanged,
+    Usage,
 )
 from om_core.domain.policy import resolve_limits
 from om_core.domain.state import RecordState, fold, initial_state
@@ -198,6 +204,7 @@ def _own_parts(
                     "extractionFailures": dict(event.extraction_failures),
                 },
                 ids,
+                usage=event.usage,
             )
         ]
     if isinstance(event, ObservationBufferFailed):
@@ -213,6 +220,7 @@ def _own_parts(
                 flight.message_tokens if flight else 0,
                 event.error,
                 ids,
+                event.usage,
             )
         ]
     if isinstance(event, SyncObservationStarted):
@@ -236,6 +244,7 @@ def _own_parts(
                     "extractionFailures": dict(event.extraction_failures),
                 },
                 ids,
+                usage=event.usage,
             )
         ]
     if isinstance(event, SyncObservationFailed):
@@ -251,6 +260,7 @@ def _own_parts(
                 sync.message_tokens if sync else 0,
                 event.error,
                 ids,
+                event.usage,
             )
         ]
     if isinstance(event, ReflectionRequested):
@@ -271,10 +281,11 @@ def _own_parts(
                     "tokensBuffered": event.input_tokens,
                     "bufferedTokens": event.tokens,
                     "observations": event.text,
-                    "extractedValues": {},
-                    "extractionFailures": {},
+                    "extractedValues": dict(event.extracted),
+                    "extractionFailures": dict(event.extraction_failures),
                 },
                 ids,
+                usage=event.usage,
             )
         ]
     if isinstance(event, ReflectionCompleted):
@@ -291,10 +302,11 @@ def _own_parts(
                     "observations": event.text,
                     "currentTask": after.current_task,
                     "suggestedResponse": after.suggested_response,
-                    "extractedValues": {},
-                    "extractionFailures": {},
+                    "extractedValues": dict(event.extracted),
+                    "extractionFailures": dict(event.extraction_failures),
                 },
                 ids,
+                usage=event.usage,
             )
         ]
     if isinstance(event, ReflectionFailed):
@@ -310,6 +322,7 @@ def _own_parts(
                 reflecting.input_tokens if reflecting else event.observation_tokens,
                 event.error,
                 ids,
+                event.usage,
             )
         ]
     if isinstance(event, ChunksActivated):
@@ -484,8 +497,10 @@ def _end_part(
     duration_ms: float,
     outcome: dict[str, Any],
     ids: dict[str, Any],
+    *,
+    usage: Usage | None,
 ) -> Part:
-    """A ``*-end`` part: the cycle's identity and timing around what it produced."""
+    """A ``*-end`` part: the cycle's identity and timing around what it produced, and what it cost."""
     return frame(
         part_type,
         cycle_id,
@@ -495,9 +510,25 @@ def _end_part(
             "completedAt": completed_at,
             "durationMs": duration_ms,
             **outcome,
+            "usage": usage_data(usage),
             **ids,
         },
     )
+
+
+def usage_data(usage: Usage | None) -> dict[str, Any] | None:
+    """A cycle's usage as the parts carry it (camelCase; ``totalTokens`` as the AI SDK's usage has it)."""
+    if usage is None:
+        return None
+    return {
+        "model": usage.model,
+        "inputTokens": usage.input_tokens,
+        "outputTokens": usage.output_tokens,
+        "totalTokens": usage.input_tokens + usage.output_tokens,
+        "costUsd": usage.cost_usd,
+        "latencyMs": usage.latency_ms,
+        "attempts": usage.calls,
+    }
 
 
 def _displacement(event: SyncObservationStarted | ReflectionRequested | StaleOutcome) -> tuple[str, str]:
@@ -525,18 +556,24 @@ def _discarded(
         # bufferedTokens keeps its meaning, what is buffered after the cycle: the chunks that were there
         outcome = _unbuffered(after.chunk_observation_tokens, verdict)
         duration = _since(buffer.requested_at, at)
-        parts.append(_end_part(BUFFERING_END, buffer.cycle_id, "observation", at, duration, outcome, ids))
+        parts.append(
+            _end_part(BUFFERING_END, buffer.cycle_id, "observation", at, duration, outcome, ids, usage=None)
+        )
     sync = before.sync_in_flight
     if sync is not None and after.in_flight(sync.cycle_id) is None:
         outcome, duration = _unobserved(verdict), _since(sync.started_at, at)
-        parts.append(_end_part(OBSERVATION_END, sync.cycle_id, "observation", at, duration, outcome, ids))
+        parts.append(
+            _end_part(OBSERVATION_END, sync.cycle_id, "observation", at, duration, outcome, ids, usage=None)
+        )
     reflecting = before.reflection_in_flight
     if reflecting is not None and after.in_flight(reflecting.cycle_id) is None:
         buffered = reflecting.mode == "buffered"
         outcome = _unbuffered(0, verdict) if buffered else _unobserved(verdict)
         part_type = BUFFERING_END if buffered else OBSERVATION_END
         duration = _since(reflecting.requested_at, at)
-        parts.append(_end_part(part_type, reflecting.cycle_id, "reflection", at, duration, outcome, ids))
+        parts.append(
+            _end_part(part_type, reflecting.cycle_id, "reflection", at, duration, outcome, ids, usage=None)
+        )
     return parts
 
 
@@ -613,6 +650,7 @@ def _failed(
     tokens: int,
     error: str,
     ids: dict[str, Any],
+    usage: Usage,
 ) -> Part:
     return frame(
         part_type,
@@ -624,6 +662,7 @@ def _failed(
             "durationMs": duration_ms,
             "tokensAttempted": tokens,
             "error": error,
+            "usage": usage_data(usage),
             **ids,
         },
     )

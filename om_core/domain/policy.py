@@ -80,6 +80,9 @@ class ObserveSynchronously:
     to_seq: int
     message_tokens: int
     trigger: Literal["threshold", "block_after", "manual"]
+    # chunks left when the observation starts reach into the newest turn: the observation covers what
+    # precedes it, so those chunks would observe the same messages again and are dropped
+    discarded_chunks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,18 +116,70 @@ def next_decision(
     *,
     mode: Mode,
     caller_model: str | None = None,
+    reader_thread: str | None = None,
 ) -> Decision | None:
     """The next step for this record.
 
     ``append`` and ``work`` (after a background result) may activate and request background work;
     ``read`` may in addition ask for synchronous observation and reflection (blockAfter); ``idle`` is the
-    end of a turn or a sweep, where ``bufferOnIdle`` and idle TTLs apply.
+    end of a turn or a sweep, where ``bufferOnIdle`` and idle TTLs apply. ``reader_thread`` is the thread
+    a read is for, whose newest user message stays raw as well as the record's (resource scope).
     """
     limits = resolve_limits(config, state)
+    protected = protected_from_seq(state, reader_thread)
     return (
-        _activation(state, config, limits, now, caller_model)
-        or _observation_work(state, config, limits, mode)
-        or _reflection(state, config, limits, mode)
+        _activation(state, config, limits, now, caller_model, protected)
+        or _observation_work(state, config, limits, mode, protected)
+        or _reflection(state, config, limits, mode, now, caller_model)
+    )
+
+
+def protected_from_seq(state: RecordState, reader_thread: str | None = None) -> int | None:
+    """The seq of the oldest message no observation may take: the newest user message of the window (and,
+    for a read in resource scope, the reader's own newest one, if older). Everything from it on stays raw,
+    because the context *is* what the agent sends: observing the turn's own question would have the model
+    answer a question it never saw verbatim (docs/semantics.md, The newest turn stays raw)."""
+    newest: int | None = None
+    for message in reversed(state.window):
+        if message.kind != "message" or message.role != "user":
+            continue
+        if newest is None:
+            newest = message.seq
+        if reader_thread is None or message.thread_id in (reader_thread, None):
+            return message.seq
+    return newest
+
+
+def protected_tokens(state: RecordState, protected: int | None) -> int:
+    """Tokens of the window from the protected message on."""
+    if protected is None:
+        return 0
+    return sum(m.tokens for m in state.window if m.seq >= protected)
+
+
+def activatable_chunks(state: RecordState, protected: int | None) -> int:
+    """How many leading chunks lie wholly before the protected message (all of them when nothing is)."""
+    if protected is None:
+        return len(state.chunks)
+    count = 0
+    for chunk in state.chunks:
+        if chunk.to_seq >= protected:
+            break
+        count += 1
+    return count
+
+
+def activation_count(state: RecordState, limits: Limits, protected: int | None) -> int:
+    """How many chunks an activation would consume now (0: none can be)."""
+    available = state.chunks[: activatable_chunks(state, protected)]
+    if not available:
+        return 0
+    return thresholds.select_chunks_to_activate(
+        [c.message_tokens for c in available],
+        pending_tokens=state.pending_tokens,
+        threshold=limits.message_threshold,
+        retention_floor=limits.retention_floor,
+        block_after=limits.block_after,
     )
 
 
@@ -145,19 +200,18 @@ def same_model(a: str, b: str) -> bool:
 
 
 def _activation(
-    state: RecordState, config: MemoryConfig, limits: Limits, now: datetime, caller_model: str | None
+    state: RecordState,
+    config: MemoryConfig,
+    limits: Limits,
+    now: datetime,
+    caller_model: str | None,
+    protected: int | None,
 ) -> ActivateChunks | None:
     if not state.chunks or state.sync_in_flight is not None:
         return None
-
-    def count() -> int:
-        return thresholds.select_chunks_to_activate(
-            [c.message_tokens for c in state.chunks],
-            pending_tokens=state.pending_tokens,
-            threshold=limits.message_threshold,
-            retention_floor=limits.retention_floor,
-            block_after=limits.block_after,
-        )
+    count = activation_count(state, limits, protected)
+    if count == 0:
+        return None
 
     # precedence: provider change, then TTL, then threshold (docs/semantics.md, Activation)
     if (
@@ -167,7 +221,7 @@ def _activation(
         and not same_model(caller_model, state.last_assistant_model)
     ):
         return ActivateChunks(
-            count=count(),
+            count=count,
             triggered_by="provider_change",
             previous_model=state.last_assistant_model,
             current_model=caller_model,
@@ -177,24 +231,25 @@ def _activation(
         idle_ms = int((now - parse_time(state.last_assistant_at)).total_seconds() * 1000)
         if idle_ms >= ttl_ms:
             return ActivateChunks(
-                count=count(),
+                count=count,
                 triggered_by="ttl",
                 last_activity_at=state.last_assistant_at,
                 ttl_expired_ms=idle_ms,
             )
     if state.pending_tokens >= limits.message_threshold:
-        return ActivateChunks(count=count(), triggered_by="threshold")
+        return ActivateChunks(count=count, triggered_by="threshold")
     return None
 
 
 def _observation_work(
-    state: RecordState, config: MemoryConfig, limits: Limits, mode: Mode
+    state: RecordState, config: MemoryConfig, limits: Limits, mode: Mode, protected: int | None
 ) -> RequestObservationBuffer | ObserveSynchronously | None:
     if state.sync_in_flight is not None:
         return None
     p = state.pending_tokens
     if mode == "read" and _must_observe_now(state, limits):
-        return _sync_observation(state, limits, "block_after" if limits.buffering else "threshold")
+        trigger: Literal["threshold", "block_after"] = "block_after" if limits.buffering else "threshold"
+        return sync_observation(state, limits, trigger, protected)
     if not limits.buffering or limits.block_after is None or limits.buffer_tokens is None:
         return None
     if state.buffer_in_flight is not None:
@@ -241,24 +296,28 @@ def _must_observe_now(state: RecordState, limits: Limits) -> bool:
     return p >= limits.message_threshold and not state.chunks and state.buffer_in_flight is None
 
 
-def _sync_observation(
-    state: RecordState, limits: Limits, trigger: Literal["threshold", "block_after"]
+def sync_observation(
+    state: RecordState, limits: Limits, trigger: Literal["threshold", "block_after"], protected: int | None
 ) -> ObserveSynchronously | None:
-    """Observe everything unobserved except the newest messages that fit in the retention floor.
+    """Observe everything unobserved before the protected message except the newest messages that fit in
+    the retention floor; ``None`` when nothing before it can be observed.
 
-    Chunks are activated before this is asked (activation precedes it in ``next_decision``), so the range
-    starts right after the cursor. Keeping a small raw tail leaves the newest turn verbatim for the agent.
+    Chunks that could be activated are activated before this is asked (activation precedes it in
+    ``next_decision``), so the range starts right after the cursor, and any chunk still buffered reaches
+    into the protected turn. Keeping a raw tail leaves the newest turn verbatim for the agent.
     """
     window = state.window
-    if not window:
-        return None
-    kept = 0
-    cut = len(window)
+    end = len(window)
+    if protected is not None:
+        end = next(i for i, m in enumerate(window) if m.seq == protected)
+    kept = sum(m.tokens for m in window[end:])
+    cut = end
     while cut > 0 and kept + window[cut - 1].tokens <= limits.retention_floor:
         cut -= 1
         kept += window[cut].tokens
-    # the window must end up below the threshold whatever the floor says
-    while cut < len(window) and kept + TOKENS_PER_CONVERSATION >= limits.message_threshold:
+    # the window should end up below the threshold whatever the floor says, as far as the protected turn
+    # allows
+    while cut < end and kept + TOKENS_PER_CONVERSATION >= limits.message_threshold:
         kept -= window[cut].tokens
         cut += 1
     if cut == 0:
@@ -269,6 +328,7 @@ def _sync_observation(
         to_seq=observed[-1].seq,
         message_tokens=sum(m.tokens for m in observed),
         trigger=trigger,
+        discarded_chunks=tuple(c.cycle_id for c in state.chunks),
     )
 
 
@@ -285,14 +345,27 @@ def _safe_buffer_prefix(candidates: list[WindowMessage]) -> list[WindowMessage]:
 
 
 def _reflection(
-    state: RecordState, config: MemoryConfig, limits: Limits, mode: Mode
+    state: RecordState,
+    config: MemoryConfig,
+    limits: Limits,
+    mode: Mode,
+    now: datetime,
+    caller_model: str | None,
 ) -> RequestReflection | ActivateBufferedReflection | None:
+    """Reflection with a bounded number of Reflector calls (docs/semantics.md, Reflection, Bounded model
+    spend): a background reflection is asked for only when observations were added since the current
+    generation began and the log is below reflection.blockAfter, so a reflection whose result is still
+    large never asks for the next one; at blockAfter a read reflects the whole log with the ladder."""
     o = state.observation_tokens
     r = limits.observation_threshold
     if o == 0 or state.sync_in_flight is not None:
         return None
-    if state.buffered_reflection is not None and o >= r:
-        return ActivateBufferedReflection(triggered_by="threshold")
+    if state.buffered_reflection is not None:
+        if o >= r:
+            return ActivateBufferedReflection(triggered_by="threshold")
+        early = _early_reflection_trigger(state, config, limits, now, caller_model)
+        if early is not None:
+            return ActivateBufferedReflection(triggered_by=early)
     in_flight = state.reflection_in_flight
     if mode == "read" and _must_reflect_now(state, limits):
         if in_flight is not None and in_flight.mode == "sync":
@@ -304,6 +377,8 @@ def _reflection(
         and in_flight is None
         and state.buffered_reflection is None
         and o >= limits.reflection_buffer_start
+        and (limits.reflection_block_after is None or o < limits.reflection_block_after)
+        and state.has_fresh_observations
         and state.reflection_retry_after_tokens != o
     ):
         lines = state.log_lines()
@@ -320,6 +395,42 @@ def _reflection(
             target_tokens=round(0.75 * slice_tokens),
         )
     return None
+
+
+def _early_reflection_trigger(
+    state: RecordState, config: MemoryConfig, limits: Limits, now: datetime, caller_model: str | None
+) -> Literal["ttl", "provider_change"] | None:
+    """``reflection.activateOnProviderChange`` / ``reflection.activateAfterIdle``: activate a buffered
+    reflection below the threshold, unless that would be premature (the reference's guard): the lines
+    written after its slice are fewer tokens than the reflection itself, or the result would be smaller
+    than 0.75·R·(1 − bufferActivation)."""
+    buffered = state.buffered_reflection
+    if buffered is None:
+        return None
+    trigger: Literal["ttl", "provider_change"] | None = None
+    if (
+        thresholds.resolve_activate_on_provider_change(config, "reflection")
+        and caller_model
+        and state.last_assistant_model
+        and not same_model(caller_model, state.last_assistant_model)
+    ):
+        trigger = "provider_change"
+    else:
+        ttl_ms = thresholds.resolve_idle_ttl_ms(
+            config, caller_model or state.last_assistant_model, "reflection"
+        )
+        last = state.last_assistant_at
+        idle_ms = None if last is None else (now - parse_time(last)).total_seconds() * 1000
+        if ttl_ms is not None and idle_ms is not None and idle_ms >= ttl_ms:
+            trigger = "ttl"
+    if trigger is None:
+        return None
+    tail_tokens = max(0, state.observation_tokens - buffered.input_tokens)
+    combined = buffered.tokens + tail_tokens
+    floor = round(0.75 * limits.observation_threshold * (1 - config.reflection.buffer_activation))
+    if tail_tokens < buffered.tokens or combined < floor:
+        return None
+    return trigger
 
 
 def _must_reflect_now(state: RecordState, limits: Limits) -> bool:

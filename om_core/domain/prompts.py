@@ -31,6 +31,9 @@ REFLECTOR_OBSERVATIONS_HEADING = "## Observations to reflect on"
 REFLECTOR_TARGET_LINE = "Target size: at most {target_tokens} tokens."
 REFLECTOR_LEVEL_LINE = f"Compression level: {{level}}/{MAX_COMPRESSION_LEVEL}"
 REFLECTOR_END_MARKER = "--- end of observations ---"
+# The Reflector's system prompt lists the inline extractors' recorded values under this heading, one
+# "- <slug> (<name>): <value>" line each, for it to carry them forward.
+REFLECTOR_PRIOR_VALUES_HEADING = "# Values recorded so far"
 
 # The Observer's system prompt names its inline extractors on one line, "Extractor sections: slug1, slug2";
 # each one's instructions are the "## <slug>: name" entry of the same prompt.
@@ -365,6 +368,12 @@ def _reflector_format(*, continuation_hints: bool, inline: Sequence[ExtractorSpe
         sections += [_CURRENT_TASK_SECTION, _SUGGESTED_RESPONSE_SECTION]
     sections += [f"<{e.slug}>\nthe value of “{e.name}”\n</{e.slug}>" for e in inline]
     notes = ["Write nothing outside these sections."]
+    if inline:
+        notes.insert(
+            0,
+            "Each extractor section holds plain text: the value as the condensed memory supports it. Omit "
+            "a section only when you have nothing to say about it; the recorded value is then kept.",
+        )
     if buffered:
         notes.insert(0, "Always include the <observations> section, even when little can be condensed.")
     return "\n\n".join(["# Output format", "Reply with these sections, in this order:", *sections, *notes])
@@ -385,7 +394,9 @@ def build_reflector_request(
     """The Reflector's request for one attempt of the compression ladder.
 
     Buffered reflections condense only an old slice of the log, so continuation hints (which describe
-    the present) are not asked for, and the ``<observations>`` section is demanded explicitly.
+    the present) are not asked for, and the ``<observations>`` section is demanded explicitly. Inline
+    extractors get an output section each and their ``prior_values`` as carry-forward hints; schema-backed
+    ones are left to ``build_extractor_request``.
     """
     if not 0 <= level <= MAX_COMPRESSION_LEVEL:
         raise ValueError(f"compression level must be within 0..{MAX_COMPRESSION_LEVEL}, got {level}")
@@ -402,7 +413,7 @@ def build_reflector_request(
         _REFLECTOR_RULES,
         _REFLECTOR_MULTI_THREAD_NOTE if multi_thread else None,
         _extractor_section(inline),
-        "# Values recorded so far\n\nCarry these forward unless the observations change them:\n\n"
+        f"{REFLECTOR_PRIOR_VALUES_HEADING}\n\nCarry these forward unless the observations change them:\n\n"
         + "\n".join(carried)
         if carried
         else None,

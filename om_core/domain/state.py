@@ -297,6 +297,12 @@ class RecordState(_Model):
         return "\n".join(segment.text for segment in self.log)
 
     @property
+    def has_fresh_observations(self) -> bool:
+        """Whether observations were added since the current generation began: within a generation the
+        log only grows, so it is then larger than it started."""
+        return self.observation_tokens > self.generations[-1].observation_tokens_at_start
+
+    @property
     def has_work_pending(self) -> bool:
         """Chunks waiting for activation or a cycle in flight: what an idle sweep or a recovery looks at."""
         return bool(self.chunks or self.buffer_in_flight or self.sync_in_flight or self.reflection_in_flight)
@@ -617,8 +623,13 @@ def _advance_cursor(s: RecordState, through_seq: int, observed_at: str | None) -
 def _sync_started(s: RecordState, e: SyncObservationStarted) -> None:
     if s.sync_in_flight is not None:
         raise InvariantViolation(f"sync observation {e.cycle_id} started while another runs")
-    if e.from_seq != s.observed_seq + 1 or s.chunks:
-        raise InvariantViolation("sync observation must start right after the cursor with no chunks left")
+    if e.from_seq != s.observed_seq + 1 or [c.cycle_id for c in s.chunks] != e.discarded_chunks:
+        raise InvariantViolation(
+            "sync observation must start right after the cursor and discard exactly the chunks left"
+        )
+    # what is left reaches into the newest turn, which the observation does not take: kept, it would
+    # observe again what this observation covers
+    s.chunks = []
     s.sync_in_flight = SyncInFlight(
         cycle_id=e.cycle_id,
         from_seq=e.from_seq,
@@ -691,6 +702,9 @@ def _reflection_buffered(s: RecordState, e: ReflectionBuffered) -> None:
         raise InvariantViolation(f"buffered reflection {e.cycle_id} belongs to another generation")
     s.reflection_in_flight = None
     s.stats.reflector_calls += e.usage.calls
+    # written when buffered, not at activation (as Mastra): they describe the memory whether or not this
+    # text is ever activated
+    _merge_extracted(s, e.extracted)
     if e.tokens >= e.input_tokens:
         # it did not condense its slice: activating it would only start an identical generation, and
         # asking again at the same size would loop (Mastra #14109); wait for the log to change
@@ -780,6 +794,7 @@ def _reflection_completed(s: RecordState, e: ReflectionCompleted) -> None:
         cycle_id=e.cycle_id,
     )
     s.reflection_suppressed_at = s.observation_tokens if e.over_target else None
+    _merge_extracted(s, e.extracted)
 
 
 def _reflection_failed(s: RecordState, e: ReflectionFailed) -> None:

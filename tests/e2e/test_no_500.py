@@ -321,8 +321,17 @@ def _v1_requests(app: Any) -> list[tuple[str, str, dict[str, Any]]]:
         path = template.replace("{thread_id}", "down").replace("{resource_id}", "r1")
         for method in operations:
             body: dict[str, Any] = {}
-            if path.endswith("/messages"):
+            if path.endswith(("/messages", "/turn")):
                 body = {"json": {"messages": [{"id": "x", "role": "user", "content": "hello"}]}}
+            elif path == "/v1/chat/completions":
+                message = {"role": "user", "content": "hello"}
+                body = {
+                    "json": {
+                        "model": "om-local/chat",
+                        "messages": [message],
+                        "metadata": {"om_thread_id": "down"},
+                    }
+                }
             elif method == "put":
                 body = {"json": {"title": "t"}}
             requests.append((method.upper(), path, body))
@@ -343,7 +352,7 @@ def test_the_database_down_is_503_store_unavailable_on_every_route(outage_db: st
                 for headers in ({"Authorization": f"Bearer {stored_key}"}, AUTH_A):
                     for method, path, kwargs in requests:
                         r = client.request(method, path, headers=headers, **kwargs)
-                        if path == "/v1/tools/recall" and headers is AUTH_A:
+                        if path in ("/v1/tools/recall", "/v1/models") and headers is AUTH_A:
                             assert r.status_code == 200, r.text  # needs no database
                             continue
                         assert r.status_code == 503, (method, path, r.status_code, r.text)

@@ -122,6 +122,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.deps.sync_wait_seconds = 0.0
         configure_thread(self.deps, tenant=TENANT, thread_id=THREAD)
         self.appended: list[str] = []
+        self.last_user: str | None = None
         self.next_id = 0
         self.cursor = 0
         self.failure = "normal"
@@ -151,6 +152,15 @@ class EngineMachine(RuleBasedStateMachine):
         roles = ("user", "assistant")
         self._append([self._message(roles[i % 2], sentences) for i, sentences in enumerate(turns)])
 
+    @rule(
+        role=st.sampled_from(["user", "user", "assistant"]),
+        notes=st.integers(min_value=40, max_value=140),
+    )
+    def append_a_large_message(self, role: str, notes: int) -> None:
+        # one message over messageTokens (400), often over blockAfter (600) too: a pasted document
+        sentences = [f"Note {i}: {SENTENCES[i % len(SENTENCES)]}" for i in range(notes)]
+        self._append([self._message(role, sentences)])
+
     def _message(self, role: str, sentences: list[str]) -> dict[str, Any]:
         message_id = f"m{self.next_id}"
         self.next_id += 1
@@ -167,6 +177,7 @@ class EngineMachine(RuleBasedStateMachine):
         ids = [m["id"] for m in messages]
         assert [a.message_id for a in outcome.appended] == ids
         self.appended.extend(ids)
+        self.last_user = next((m["id"] for m in reversed(messages) if m["role"] == "user"), self.last_user)
 
     @rule()
     def resend_last_message(self) -> None:
@@ -224,12 +235,23 @@ class EngineMachine(RuleBasedStateMachine):
         except ObservationFailedError:
             assert self.failure != "normal"
             return
+        raw = [m["id"] for m in window.messages]
+        if self.last_user is not None:
+            # the turn's own question reaches the model verbatim, with everything after it
+            assert self.last_user in raw, "the newest user message is not a raw message of the window"
+            newest = self.appended.index(self.last_user)
+            assert raw[-(len(self.appended) - newest) :] == self.appended[newest:]
         if not wait or self.failure != "normal":
             return
         state = load_state(self.deps.records, self.deps.store, STREAM)
         limits = policy.resolve_limits(record_config(self.deps.profile, state), state)
         assert limits.block_after is not None
-        assert window.pending_tokens < limits.block_after, "a waited read returned a window over blockAfter"
+        if window.pending_tokens >= limits.block_after:
+            over = window.status["overBudget"]
+            assert over is not None and over["reason"] == "newest_turn", (
+                "a waited read returned a window over blockAfter"
+            )
+            assert window.warnings
 
     # --- invariants (semantics §8) ---------------------------------------------------------------------
 

@@ -63,8 +63,8 @@ def gateway(sleeps: RecordingSleep) -> LiteLLMGateway:
 
 def test_local_model_writes_observations_with_usage_and_zero_cost(gateway: LiteLLMGateway) -> None:
     response = gateway.complete(observer_request(seed=1))
-    assert "* 🔴 (14:30) User said: My name is Priya Raman and I live in Lisbon." in response.text
-    assert "Nobu tomorrow? (meaning Jan 6, 2026)" in response.text
+    assert "* 🔴 (14:30) User's name is Priya Raman and user lives in Lisbon" in response.text
+    assert "User asked: book a table for 4 at Nobu tomorrow (meaning Jan 6, 2026)" in response.text
     assert response.model == "om-local/extractive"
     assert response.usage.input_tokens > 20 and response.usage.output_tokens > 20
     assert response.usage.cost_usd == 0.0

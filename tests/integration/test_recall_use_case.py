@@ -15,7 +15,6 @@ from om_core.application.recall import (
     CursorNotFoundError,
     QueryRequiredError,
     RecallQuery,
-    ThreadScopeError,
     recall,
 )
 from om_core.application.streams import RecordNotFoundError
@@ -89,7 +88,8 @@ def test_what_recall_refuses_is_a_typed_error_naming_what_to_pass(deps: Deps, th
         ask(deps, cursor="m9")
     with pytest.raises(QueryRequiredError):
         ask(deps, mode="search", query="  ")
-    with pytest.raises(ThreadScopeError):
+    with pytest.raises(RecordNotFoundError):
+        # retrieval.scope resource (the default) reaches the resource's threads; "t" has no resource
         ask(deps, thread_id="another")
     with pytest.raises(RecordNotFoundError):
         recall(deps, tenant="a", thread_id="missing", query=RecallQuery())

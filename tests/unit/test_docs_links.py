@@ -38,8 +38,9 @@ class Link:
     target: str
 
 
-def _prose_lines(text: str) -> list[tuple[int, str]]:
-    """The lines outside fenced code blocks, numbered from 1, with backtick code spans blanked."""
+def _prose_lines(text: str, *, blank_code: bool = True) -> list[tuple[int, str]]:
+    """The lines outside fenced code blocks, numbered from 1, with backtick code spans blanked (a link
+    inside one is not a link) unless ``blank_code`` is false (a heading's anchor keeps their text)."""
     lines: list[tuple[int, str]] = []
     fence: str | None = None
     for number, line in enumerate(text.splitlines(), start=1):
@@ -51,7 +52,7 @@ def _prose_lines(text: str) -> list[tuple[int, str]]:
         if opening:
             fence = opening.group(1)
             continue
-        lines.append((number, _CODE_SPAN.sub(lambda m: " " * len(m.group(0)), line)))
+        lines.append((number, _CODE_SPAN.sub(lambda m: " " * len(m.group(0)), line) if blank_code else line))
     return lines
 
 
@@ -69,7 +70,7 @@ def heading_anchors(document: Path) -> set[str]:
     """The anchors GitHub gives the document's headings (duplicates numbered), plus explicit ``<a id>``."""
     anchors: set[str] = set()
     seen: dict[str, int] = {}
-    for _, line in _prose_lines(document.read_text(encoding="utf-8")):
+    for _, line in _prose_lines(document.read_text(encoding="utf-8"), blank_code=False):
         anchors.update(_HTML_ANCHOR.findall(line))
         heading = _HEADING.match(line)
         if heading is None:

@@ -34,7 +34,7 @@ def test_mastra_ids_map_to_litellm_ids(mastra_id: str, litellm_id: str, provider
         ("gpt-5", "expected 'provider/model'"),
         ("openai/", "expected 'provider/model'"),
         ("mistral/large", "unknown provider 'mistral'"),
-        ("om-local/creative", "the local provider offers extractive"),
+        ("om-local/creative", "the local provider offers chat, extractive"),
     ],
 )
 def test_unusable_ids_are_configuration_errors(bad: str, fragment: str) -> None:

@@ -1,6 +1,6 @@
 import json
 import re
-from datetime import date
+from datetime import UTC, date, datetime
 
 import pytest
 
@@ -17,6 +17,7 @@ from om_core.adapters.models.om_local import (
     reflect_observations,
     resolve_relative_dates,
     respond,
+    third_person,
 )
 from om_core.domain.prompts import (
     EXTRACTOR_SECTIONS_LINE_PREFIX,
@@ -78,26 +79,31 @@ def observation_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith("* ")]
 
 
-def test_observer_keeps_user_facts_verbatim_with_names_and_numbers() -> None:
+def test_observer_keeps_user_facts_with_their_names_and_numbers_as_lines_about_the_user() -> None:
     output = observe_transcript(observer_prompt(TRANSCRIPT), SYSTEM)
     lines = observation_lines(output)
-    assert "* 🔴 (14:30) User said: My name is Priya Raman and I live in Lisbon." in lines
-    assert "* 🔴 (14:31) User said: I'm flying to Tokyo tomorrow for 12 days. (meaning Jan 6, 2026)" in lines
-    assert "* 🔴 (14:31) User said: Also my budget is $3,000." in lines
+    assert "* 🔴 (14:30) User's name is Priya Raman and user lives in Lisbon" in lines
+    # two facts of one message share a line; the relative date is resolved on the clause that has it
+    assert (
+        "* 🔴 (14:31) User is flying to Tokyo tomorrow for 12 days (meaning Jan 6, 2026); "
+        "user's budget is $3,000" in lines
+    )
     assert output.startswith("<observations>\nDate: Jan 5, 2026\n")
 
 
-def test_observer_marks_questions_yellow_and_resolves_relative_dates() -> None:
+def test_observer_records_questions_briefly_and_resolves_relative_dates() -> None:
     lines = observation_lines(observe_transcript(observer_prompt(TRANSCRIPT), SYSTEM))
-    assert "* 🟡 (14:31) User asked: Can you help me plan the trip?" in lines
-    assert "* 🟡 (16:01) User asked: What's the weather like next Friday? (meaning Jan 9, 2026)" in lines
+    assert "* 🟡 (14:31) User asked: help me plan the trip" in lines
+    # a question that names something (a day, a place) is kept where the agent sees it
+    assert "* 🔴 (16:01) User asked: what's the weather like next Friday (meaning Jan 9, 2026)" in lines
 
 
-def test_observer_records_completions_and_tool_results() -> None:
-    lines = observation_lines(observe_transcript(observer_prompt(TRANSCRIPT), SYSTEM))
-    assert "* ✅ (14:31) Assistant: I've booked a reminder for your flight." in lines
-    assert '* 🟡 (14:32) Called search_flights({"to": "NRT"}) returned {"flights": 3}' in lines
-    assert "* 🟢 (14:30) Assistant: Nice to meet you, Priya!" in lines
+def test_observer_records_completions_and_tool_runs_and_drops_what_the_assistant_repeats() -> None:
+    output = observe_transcript(observer_prompt(TRANSCRIPT), SYSTEM)
+    lines = observation_lines(output)
+    assert "* ✅ (14:31) Assistant has booked a reminder for user's flight" in lines
+    assert "* 🟡 (14:32) Ran search_flights" in lines
+    assert "Nice to meet you" not in output  # it names only what the user already said
 
 
 def test_observer_drops_filler_and_small_talk() -> None:
@@ -106,8 +112,12 @@ def test_observer_drops_filler_and_small_talk() -> None:
     assert "sounds good" not in output
     assert "Hi there" not in output
     assert "Date: Jan 6, 2026" not in output  # that day held only filler
+    # an answer without observations would count as a failed Observer: one low-priority line says so
     only_filler = "Jan 5 2026:\nUser (9:00 AM): ok thanks lol\nAssistant: Sure!\nUser: yes"
-    assert observe_transcript(observer_prompt(only_filler), SYSTEM) == EMPTY_OBSERVATIONS
+    assert observe_transcript(observer_prompt(only_filler), SYSTEM).startswith(
+        "<observations>\nDate: Jan 5, 2026\n"
+        "* 🟢 (09:00) Conversation went on (3 messages), nothing new to remember\n</observations>"
+    )
 
 
 def test_observer_continuation_hints_and_thread_title() -> None:
@@ -143,8 +153,8 @@ def test_multi_thread_transcript_gets_one_block_per_thread() -> None:
     output = observe_transcript(observer_prompt(transcript), SYSTEM)
     blocks = re.findall(r'<thread id="(t\d)">\n(.*?)</thread>', output, re.S)
     assert [thread_id for thread_id, _ in blocks] == ["t1", "t2"]
-    assert "* 🔴 (08:00) User said: My dog is called Rex." in blocks[0][1]
-    assert "Date: Jan 7, 2026\n* 🟡 (22:15) User asked: Can you book a table for 4 at Nobu?" in blocks[1][1]
+    assert "* 🔴 (08:00) User's dog is called Rex" in blocks[0][1]
+    assert "Date: Jan 7, 2026\n* 🔴 (22:15) User asked: book a table for 4 at Nobu" in blocks[1][1]
     assert "<current-task>" in blocks[1][1]
     assert output.index("</thread>") < output.index("</observations>")
 
@@ -357,10 +367,155 @@ def test_unrecognised_requests_are_rejected() -> None:
 def test_requests_built_by_the_prompt_module_are_understood() -> None:
     observer = build_observer_request(TRANSCRIPT, thread_title_enabled=True)
     reply = respond(observer, OmLocalOptions())
-    assert "User said: My name is Priya Raman and I live in Lisbon." in reply.text
+    assert "User's name is Priya Raman and user lives in Lisbon" in reply.text
     assert "<thread-title>" in reply.text
     log, facts = realistic_log()
     reflector = build_reflector_request(log, level=2, target_tokens=2_600)
     reflected = respond(reflector, OmLocalOptions()).text
     assert count_tokens(reflected) < 2_600
     assert all(fact in reflected for fact in facts)
+
+
+def observer_prompt_with_previous(transcript: str, previous: str) -> str:
+    return observer_prompt(transcript).replace(
+        f"{PREVIOUS_OBSERVATIONS_HEADING}\n\n(none)", f"{PREVIOUS_OBSERVATIONS_HEADING}\n\n{previous}"
+    )
+
+
+def test_observer_drops_chatter_that_names_nothing_and_keeps_lasting_personal_facts() -> None:
+    transcript = (
+        "Mar 3 2026:\n"
+        "User (9:00 AM): Honestly, the week has been a blur and I kept putting this off until now. "
+        "I'm allergic to shellfish. I prefer metric units. Let's go with httpx for the client.\n"
+        "Assistant: Breaking the task into smaller steps usually makes it feel more manageable. "
+        "Let me know if you want more detail."
+    )
+    lines = observation_lines(observe_transcript(observer_prompt(transcript), SYSTEM))
+    assert lines == [
+        "* 🔴 (09:00) User is allergic to shellfish; user prefers metric units; "
+        "Let's go with httpx for the client"
+    ]
+
+
+def test_observer_does_not_repeat_what_earlier_observations_say() -> None:
+    transcript = (
+        "Mar 3 2026:\nUser (9:00 AM): My flight is BA2490. How early should we be at the airport? "
+        "My seat is 14C."
+    )
+    previous = (
+        "Date: Mar 2, 2026\n* 🔴 (18:00) User's flight is BA2490\n"
+        "* 🟡 (18:01) User asked: how early should we be at the airport"
+    )
+    lines = observation_lines(observe_transcript(observer_prompt_with_previous(transcript, previous), SYSTEM))
+    assert lines == ["* 🔴 (09:00) User's seat is 14C"]
+
+
+def test_observer_merges_a_days_questions_and_routine_tool_runs_and_reports_failures() -> None:
+    transcript = (
+        "Mar 3 2026:\n"
+        "User (9:00 AM): Can you run the linter again?\n"
+        "Assistant: Running it.\n"
+        'Tool Call run_linter: {"path": "src"}\n'
+        "Tool Result run_linter: All checks passed.\n"
+        "User (9:05 AM): Should this be a dataclass?\n"
+        "Assistant: One moment.\n"
+        'Tool Call grep: {"pattern": "total"}\n'
+        "Tool Result grep: src/app.py:3: total\n"
+        'Tool Call run_tests: {"path": "tests/"}\n'
+        "Tool Result run_tests: FAILED tests/test_app.py::test_rounds_negative_totals - AssertionError\n"
+        "  40 passed, 1 failed\n"
+        "Assistant: I'll fix test_rounds_negative_totals next."
+    )
+    lines = observation_lines(observe_transcript(observer_prompt(transcript), SYSTEM))
+    assert lines[0] == "* 🟡 (09:00) User asked: run the linter again; should this be a dataclass"
+    assert lines[1] == "* 🟡 (09:00) Ran run_linter"
+    assert lines[2] == (
+        "* 🔴 (09:05) run_tests failed: "
+        "FAILED tests/test_app.py::test_rounds_negative_totals - AssertionError"
+    )
+    assert lines[3] == "* 🔴 (09:05) Assistant will fix test_rounds_negative_totals next"
+    assert len(lines) == 4
+
+
+def test_observer_keeps_what_the_assistant_commits_to() -> None:
+    transcript = (
+        "Mar 3 2026:\nUser (9:00 AM): Thanks!\n"
+        "Assistant: Happy to help. I'll draft the email to Henrik Lund this afternoon. I hope that helps."
+    )
+    lines = observation_lines(observe_transcript(observer_prompt(transcript), SYSTEM))
+    assert lines == ["* 🔴 (09:00) Assistant will draft the email to Henrik Lund this afternoon"]
+
+
+def test_observer_reduces_a_pasted_document_to_the_sentences_that_carry_details() -> None:
+    filler = "The parties will review the terms and raise concerns within a reasonable period."
+    body = " ".join(
+        [filler] * 6
+        + ["The door code for the site is 4417."]
+        + [filler] * 6
+        + ["Questions go to Noor Dufresne.", "Can you summarise this?"]
+    )
+    transcript = f"Mar 3 2026:\nUser (9:00 AM): Here's the venue proposal:\n  {body}"
+    output = observe_transcript(observer_prompt(transcript), SYSTEM)
+    lines = observation_lines(output)
+    assert lines[0].startswith("* 🔴 (09:00) User shared a text (")
+    assert lines[0].endswith(": The door code for the site is 4417.; Questions go to Noor Dufresne.")
+    assert lines[1] == "* 🟡 (09:00) User asked: summarise this"
+    assert count_tokens("\n".join(lines)) * 3 < count_tokens(body)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("I live in Porto", "User lives in Porto"),
+        ("I'm allergic to sesame", "User is allergic to sesame"),
+        ("I've been learning the oboe", "User has been learning the oboe"),
+        ("My sister Ana really likes me", "User's sister Ana really likes user"),
+        (
+            "I usually watch films and I'd rather walk",
+            "User usually watches films and user would rather walk",
+        ),
+        ("You can call me Sam", "User goes by Sam"),
+        ("I was born in 1988", "User was born in 1988"),
+    ],
+)
+def test_third_person(text: str, expected: str) -> None:
+    assert third_person(text) == expected
+
+
+def test_reflector_drops_values_a_later_correction_replaces() -> None:
+    log = (
+        "Date: Jan 5, 2026\n* 🔴 (09:00) User lives in Bruges; user's dog is called Rex\n"
+        "* 🔴 (09:05) Budget: €8,100 total\n* 🔴 (09:06) User's sister is Priya\n"
+        "Date: Jan 9, 2026\n* 🔴 (10:00) Correction: user lives in Matera now, not Bruges\n"
+        "* 🔴 (10:02) Update: the budget is €6,050\n* 🔴 (10:03) User's brother is Luca\n"
+    )
+    output = reflect_observations(reflector_prompt(log, 10_000, 0))
+    assert "Bruges;" not in output and "€8,100" not in output
+    assert "* 🔴 (09:00) User's dog is called Rex" in output
+    for kept in ("not Bruges", "€6,050", "Priya", "Luca"):
+        assert kept in output
+
+
+def test_observer_compresses_generated_conversations_and_keeps_their_facts() -> None:
+    from om_core.domain.message_input import normalize_message
+    from om_core.domain.transcript import format_transcript
+    from testing.generator import STYLES, fact_found, generate
+
+    for style in STYLES:
+        conversation = generate(style, seed=7, messages=80)
+        messages = [
+            normalize_message(m, now=datetime(2026, 1, 1, tzinfo=UTC), max_bytes=1_000_000)
+            for m in conversation.messages()
+        ]
+        observed = ""
+        message_tokens = 0
+        for start in range(0, len(messages), 8):
+            transcript = format_transcript(messages[start : start + 8], gap_markers=False).text
+            message_tokens += count_tokens(transcript)
+            prompt = observer_prompt_with_previous(transcript, observed or "(none)")
+            reply = observe_transcript(prompt, SYSTEM)
+            observed += "\n" + reply.split("</observations>")[0].removeprefix("<observations>")
+        assert count_tokens(observed) * 3 < message_tokens, style
+        latest = {f.key: f for f in conversation.facts}
+        for fact in latest.values():
+            assert fact_found(fact.value, observed), (style, fact)

@@ -156,7 +156,14 @@ def test_status_follows_state_changes_and_matches_build_status() -> None:
         "observationTokens",
         "status",
     }
-    assert set(last_status["data"]) == {"windows", "recordId", "threadId", "stepNumber", "generationCount"}
+    assert set(last_status["data"]) == {
+        "windows",
+        "recordId",
+        "threadId",
+        "stepNumber",
+        "generationCount",
+        "overBudget",
+    }
 
 
 def test_sync_observation_and_reflection_parts() -> None:

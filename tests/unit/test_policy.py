@@ -9,6 +9,7 @@ import pytest
 
 from om_core.domain import policy
 from om_core.domain.config import parse_memory_config
+from om_core.domain.context import build_context, build_status
 from om_core.domain.events import (
     ChunksActivated,
     DomainEvent,
@@ -256,7 +257,8 @@ def _ttl_state(last_assistant_ago_ms: int, **cfg_raw: Any) -> tuple[RecordState,
             message(2, 100, role="assistant", at=NOW - timedelta(milliseconds=last_assistant_ago_ms)),
         ],
     )
-    return buffer_chunk(state, "c1", 2), cfg
+    # the user comes back: the chunk of the earlier turn no longer holds the newest user message
+    return fold(buffer_chunk(state, "c1", 2), [message(3, 100)]), cfg
 
 
 def test_scenario_13_idle_ttl_activates_buffered_chunks() -> None:
@@ -285,7 +287,7 @@ def test_scenario_13_trailing_data_part_is_not_activity() -> None:
         {"type": "data-om-status", "createdAt": format_time(NOW)},
     ]
     state = fold(initial_state("s"), [message(1, 100), message(2, 100, role="assistant", parts=parts)])
-    state = buffer_chunk(state, "c1", 2)
+    state = fold(buffer_chunk(state, "c1", 2), [message(3, 100)])
     d = decide(state, cfg)
     assert isinstance(d, policy.ActivateChunks) and d.triggered_by == "ttl"
 
@@ -345,7 +347,7 @@ def test_scenario_17_activate_chunks_then_observe_only_the_uncovered_tail() -> N
     )
     state = with_messages([300, 300])
     state = buffer_chunk(state, "c1", 2, obs_tokens=600)
-    state = fold(state, [message(3, 200), message(4, 30_000, role="tool")])
+    state = fold(state, [message(3, 200, role="assistant"), message(4, 30_000, role="tool"), message(5, 100)])
     d = decide(state, cfg)
     assert isinstance(d, policy.ActivateChunks) and d.count == 1
     state = fold(
@@ -397,10 +399,21 @@ def test_without_buffering_every_observation_is_synchronous_at_the_threshold() -
     assert isinstance(d, policy.ObserveSynchronously)
 
 
-def test_a_single_message_over_the_threshold_is_observed() -> None:
-    # #16523: a first message larger than messageTokens must not sit in a dead zone.
+def test_a_single_message_over_the_threshold_stays_raw_while_it_is_the_newest_then_is_observed() -> None:
+    # #16523: a first message larger than messageTokens must not sit in a dead zone; but while it is the
+    # turn's own question it is what the agent answers, so it is observed once the next turn begins
     cfg = config(observation={"messageTokens": 500, "bufferTokens": False})
-    d = decide(with_messages([2_000]), cfg)
+    state = with_messages([2_000])
+    assert decide(state, cfg) is None
+    over = build_status(state, cfg)["overBudget"]
+    assert over == {
+        "reason": "newest_turn",
+        "pendingTokens": 2_024,
+        "limitTokens": 500,
+        "newestTurnTokens": 2_000,
+    }
+    state = fold(state, [message(2, 50, role="assistant"), message(3, 10)])
+    d = decide(state, cfg)
     assert isinstance(d, policy.ObserveSynchronously) and (d.from_seq, d.to_seq) == (1, 1)
 
 
@@ -618,6 +631,200 @@ def test_a_failed_sync_reflection_is_suppressed_at_the_same_size() -> None:
         ],
     )
     assert decide(state, cfg) is None
+
+
+# --- the newest turn stays raw ---------------------------------------------------------------------------
+
+
+def test_activation_stops_before_a_chunk_holding_the_newest_user_message() -> None:
+    cfg = config(observation={"messageTokens": 1_000, "bufferTokens": 200})
+    state = with_messages([400, 400])
+    state = buffer_chunk(state, "c1", 1)
+    state = buffer_chunk(state, "c2", 2)  # holds the newest user message
+    state = fold(state, [message(3, 300, role="assistant")])
+    d = decide(state, cfg)
+    assert isinstance(d, policy.ActivateChunks) and d.count == 1
+    assert (
+        policy.activation_count(state, policy.resolve_limits(cfg, state), policy.protected_from_seq(state))
+        == 1
+    )
+    # once the user speaks again, the earlier turn's chunk can go
+    later = fold(state, [message(4, 10)])
+    assert policy.activatable_chunks(later, policy.protected_from_seq(later)) == 2
+
+
+def test_a_sync_observation_takes_only_what_precedes_the_newest_turn_and_drops_chunks_reaching_into_it() -> (
+    None
+):
+    cfg = config(observation={"messageTokens": 1_000, "bufferTokens": 200, "blockAfter": 1.2})
+    state = fold(
+        initial_state("ten/thread/t1"),
+        [message(1, 300, role="assistant"), message(2, 300), message(3, 900, role="assistant")],
+    )
+    state = buffer_chunk(state, "c1", 2)  # reaches the newest user message: cannot be activated
+    d = decide(state, cfg)
+    assert isinstance(d, policy.ObserveSynchronously)
+    assert (d.from_seq, d.to_seq) == (1, 1) and d.discarded_chunks == ("c1",)
+    started = SyncObservationStarted(
+        cycle_id="s1",
+        from_seq=1,
+        to_seq=1,
+        message_tokens=300,
+        trigger="block_after",
+        started_at=format_time(NOW),
+        discarded_chunks=["c1"],
+    )
+    after = fold(state, [started])
+    assert after.chunks == [] and after.buffered_through_seq == 0
+    with pytest.raises(InvariantViolation):
+        fold(state, [started.model_copy(update={"discarded_chunks": []})])
+
+
+def test_an_oversized_newest_turn_is_returned_raw_and_said_to_be_over_budget() -> None:
+    cfg = config(observation={"messageTokens": 1_000, "bufferTokens": 200, "blockAfter": 1.2})
+    state = fold(initial_state("ten/thread/t1"), [message(1, 200, role="assistant"), message(2, 5_000)])
+    d = decide(state, cfg)
+    assert isinstance(d, policy.ObserveSynchronously) and (d.from_seq, d.to_seq) == (1, 1)
+    observed = fold(
+        state,
+        [
+            SyncObservationStarted(
+                cycle_id="s1",
+                from_seq=1,
+                to_seq=1,
+                message_tokens=200,
+                trigger="block_after",
+                started_at=format_time(NOW),
+            ),
+            SyncObservationCompleted(
+                cycle_id="s1",
+                from_seq=1,
+                to_seq=1,
+                message_ids=["m1"],
+                message_tokens=200,
+                observations="* 🔴 (12:00) something",
+                observation_tokens=10,
+                last_observed_at=format_time(NOW),
+                completed_at=format_time(NOW),
+            ),
+        ],
+    )
+    assert decide(observed, cfg) is None
+    window = build_context(observed, cfg, NOW, thread_id="t1")
+    assert [m["id"] for m in window.messages] == ["m2"]
+    assert window.status["overBudget"]["reason"] == "newest_turn"
+    assert window.status["overBudget"]["newestTurnTokens"] == 5_000
+    assert "stay raw" in window.warnings[0]
+
+
+def test_in_resource_scope_the_readers_own_newest_user_message_is_kept_too() -> None:
+    def in_thread(seq: int, thread: str, role: str = "user") -> DomainEvent:
+        return message(seq, 300, role=role).model_copy(update={"thread_id": thread})
+
+    state = fold(
+        initial_state("ten/resource/r1"),
+        [
+            in_thread(1, "a"),
+            in_thread(2, "a", "assistant"),
+            in_thread(3, "b"),
+            in_thread(4, "b", "assistant"),
+        ],
+    )
+    assert policy.protected_from_seq(state) == 3
+    assert policy.protected_from_seq(state, "a") == 1
+    assert policy.protected_from_seq(state, "b") == 3
+
+
+# --- bounded reflection -----------------------------------------------------------------------------------
+
+
+def _generation_one(log_tokens: int) -> RecordState:
+    """A record right after a sync reflection that left ``log_tokens`` (R = 1,000, buffering on)."""
+    state = _log_state(50, 30)
+    return fold(
+        state,
+        [
+            reflection_requested("sync", 50, 1_500, 1_000),
+            ReflectionCompleted(
+                cycle_id="r1",
+                new_generation=1,
+                line_count=50,
+                input_tokens=1_500,
+                text="\n".join(f"* 🔴 (12:00) kept {i}" for i in range(20)),
+                tokens=log_tokens,
+                observation_tokens=log_tokens,
+                over_target=log_tokens >= 1_000,
+                completed_at=format_time(NOW),
+            ),
+        ],
+    )
+
+
+def test_a_reflection_still_over_its_threshold_asks_for_no_other_until_new_observations_arrive() -> None:
+    cfg = config(reflection={"observationTokens": 1_000, "blockAfter": 2.0})
+    state = _generation_one(1_100)  # over R, below blockAfter, over the buffering start
+    assert not state.has_fresh_observations
+    assert decide(state, cfg, mode="append") is None
+    assert decide(state, cfg, mode="read") is None
+    grown = state.model_copy(update={"observation_tokens": 1_150})
+    d = decide(grown, cfg, mode="append")
+    assert isinstance(d, policy.RequestReflection) and d.mode == "buffered"
+
+
+def test_at_reflection_block_after_no_small_buffered_reflection_runs_first() -> None:
+    cfg = config(reflection={"observationTokens": 1_000, "blockAfter": 1.2})
+    state = _log_state(50, 30)  # 1,500 >= 1,200 with nothing buffered
+    assert decide(state, cfg, mode="append") is None
+    d = decide(state, cfg, mode="read")
+    assert isinstance(d, policy.RequestReflection) and d.mode == "sync" and d.line_count == 50
+
+
+def _buffered_reflection_state(**raw: Any) -> tuple[RecordState, Any]:
+    cfg = config(reflection={"observationTokens": 40_000, **raw})
+    state = fold(
+        _log_state(400, 60),
+        [
+            reflection_requested("buffered", 100, 6_000, 4_500),
+            ReflectionBuffered(
+                cycle_id="r1",
+                generation=0,
+                line_count=100,
+                input_tokens=6_000,
+                text="* 🔴 (12:00) condensed",
+                tokens=3_000,
+                completed_at=format_time(NOW),
+            ),
+            message(2, 100, role="assistant", at=NOW - timedelta(minutes=10), model="openai/gpt-5-mini"),
+            message(3, 10),
+        ],
+    )
+    return state, cfg
+
+
+def test_reflection_activate_after_idle_activates_a_buffered_reflection_below_the_threshold() -> None:
+    state, cfg = _buffered_reflection_state(activateAfterIdle="5m")
+    d = decide(state, cfg, mode="append")
+    assert isinstance(d, policy.ActivateBufferedReflection) and d.triggered_by == "ttl"
+    state, cfg = _buffered_reflection_state(activateAfterIdle="1h")
+    assert not isinstance(decide(state, cfg, mode="append"), policy.ActivateBufferedReflection)
+    state, cfg = _buffered_reflection_state()  # the top-level option is not inherited
+    assert not isinstance(decide(state, cfg, mode="append"), policy.ActivateBufferedReflection)
+
+
+def test_reflection_activate_on_provider_change() -> None:
+    state, cfg = _buffered_reflection_state(activateOnProviderChange=True)
+    d = decide(state, cfg, mode="append", caller_model="anthropic/claude-sonnet-4-5")
+    assert isinstance(d, policy.ActivateBufferedReflection) and d.triggered_by == "provider_change"
+    assert not isinstance(
+        decide(state, cfg, mode="append", caller_model="openai/gpt-5-mini"), policy.ActivateBufferedReflection
+    )
+
+
+def test_an_early_reflection_activation_is_refused_when_it_would_be_premature() -> None:
+    # the lines after the slice (24,000 − 6,000) outweigh the reflection, but the result would be under
+    # 0.75·R·(1 − 0.5) = 15,000 with R = 60,000 ... so it waits for the threshold
+    state, cfg = _buffered_reflection_state(activateAfterIdle="5m", observationTokens=60_000)
+    assert not isinstance(decide(state, cfg, mode="append"), policy.ActivateBufferedReflection)
 
 
 def test_fold_never_mutates_its_input_and_counts_versions() -> None:

@@ -13,7 +13,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -27,6 +27,9 @@ from om_core.adapters.models.model_ids import (
     to_litellm_model,
 )
 from om_core.application.ports import (
+    ChatCall,
+    ChatModelError,
+    ChatModels,
     EmbeddingRequest,
     EmbeddingResponse,
     ModelConfigurationError,
@@ -42,6 +45,7 @@ __all__ = [
     "MODEL_SETTINGS",
     "LiteLLMGateway",
     "RetryPolicy",
+    "chat_error",
     "check_model_credentials",
     "completion_kwargs",
     "is_transient",
@@ -114,6 +118,7 @@ def _import_litellm() -> ModuleType:
     os.environ.setdefault("LITELLM_LOG", "ERROR")
     import litellm
 
+    from om_core.adapters.models.om_local_chat import register_om_local_chat
     from om_core.adapters.models.om_local_llm import register_om_local
 
     litellm.telemetry = False
@@ -123,6 +128,7 @@ def _import_litellm() -> ModuleType:
     for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
         logging.getLogger(name).setLevel(logging.ERROR)
     register_om_local(litellm)
+    register_om_local_chat(litellm)
     return litellm
 
 
@@ -210,7 +216,32 @@ def is_transient(exc: BaseException) -> bool:
     return bool(_NETWORK_MESSAGES.search(str(exc)))
 
 
-class LiteLLMGateway(ModelGateway):
+def chat_error(model: str, exc: BaseException) -> ChatModelError:
+    """What a failed proxied chat call answers the app with: the provider's own 4xx status, 502 for a
+    provider that failed or could not be reached (503 when it said so), 504 for one that timed out."""
+    litellm = load_litellm()
+    message = f"{model}: {getattr(exc, 'message', None) or exc}"
+    if isinstance(exc, litellm.Timeout | TimeoutError):
+        return ChatModelError(504, message, kind="timeout", code="timeout")
+    if isinstance(exc, litellm.APIConnectionError | ConnectionError):
+        return ChatModelError(502, message, kind="api_error", code="upstream_unreachable")
+    status = _status_of(exc)
+    if status is None or status >= 500:
+        return ChatModelError(503 if status == 503 else 502, message, kind="api_error", code="upstream_error")
+    if status == 429:
+        return ChatModelError(429, message, kind="rate_limit_error", code="rate_limit_exceeded")
+    if status == 401:
+        return ChatModelError(401, message, kind="authentication_error", code="invalid_api_key")
+    if status == 403:
+        return ChatModelError(403, message, kind="permission_error")
+    if status == 404:
+        return ChatModelError(
+            404, message, kind="invalid_request_error", code="model_not_found", param="model"
+        )
+    return ChatModelError(status, message, kind="invalid_request_error")
+
+
+class LiteLLMGateway(ModelGateway, ChatModels):
     """Runs model calls through litellm with bounded retries; reports usage, cost, latency and attempts.
 
     ``latency_ms`` covers the whole call including retries and backoff: it is what the caller waited.
@@ -281,6 +312,72 @@ class LiteLLMGateway(ModelGateway):
             latency_ms=(time.perf_counter() - started) * 1000,
             attempts=attempts,
         )
+
+    def chat(self, call: ChatCall) -> dict[str, Any]:
+        kwargs = self._chat_kwargs(call)
+        try:
+            response = load_litellm().completion(**kwargs)
+        except Exception as exc:
+            raise chat_error(call.model, exc) from exc
+        body: dict[str, Any] = response.model_dump(exclude_none=True)
+        return body
+
+    def chat_stream(self, call: ChatCall) -> Iterator[dict[str, Any]]:
+        kwargs = self._chat_kwargs(call)
+        try:
+            chunks = iter(load_litellm().completion(**kwargs, stream=True))
+            # the first chunk is where most providers report a refused request: before any answer is sent
+            first = next(chunks, None)
+        except Exception as exc:
+            raise chat_error(call.model, exc) from exc
+        return self._chunks(call.model, first, chunks)
+
+    @staticmethod
+    def _chunks(model: str, first: Any, rest: Iterator[Any]) -> Iterator[dict[str, Any]]:
+        if first is None:
+            return
+        yield first.model_dump(exclude_none=True)
+        while True:
+            try:
+                chunk = next(rest)
+            except StopIteration:
+                return
+            except Exception as exc:
+                raise chat_error(model, exc) from exc
+            yield chunk.model_dump(exclude_none=True)
+
+    def _chat_kwargs(self, call: ChatCall) -> dict[str, Any]:
+        try:
+            provider = provider_of(call.model)
+            litellm_model = to_litellm_model(call.model)
+        except ModelConfigurationError as exc:
+            raise ChatModelError(
+                404, str(exc), kind="invalid_request_error", code="model_not_found", param="model"
+            ) from exc
+        api_key = call.api_key or api_key_from_env(provider, self._environ)
+        if api_key is None and PROVIDERS[provider].api_key_env:
+            needed = " or ".join(PROVIDERS[provider].api_key_env)
+            raise ChatModelError(
+                400,
+                f"{call.model}: the server has no API key for {provider} ({needed}) and the request "
+                "forwarded none",
+                kind="invalid_request_error",
+                code="model_not_available",
+                param="model",
+            )
+        kwargs: dict[str, Any] = {
+            **call.options,
+            "model": litellm_model,
+            "messages": call.messages,
+            "timeout": self._timeout_s,
+            # the app's client retries on the status the proxy answers with; retrying here too would
+            # multiply its attempts and hold the request for minutes
+            "max_retries": 0,
+            "drop_params": True,
+        }
+        if api_key is not None:
+            kwargs["api_key"] = api_key
+        return kwargs
 
     def _with_retries(self, model: str, max_retries: int, call: Callable[[int], Any]) -> tuple[Any, int]:
         """``call(attempt)`` until it succeeds, retrying transient failures: (result, attempts)."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from om_core.application.ports import ModelConfigurationError
 
 OM_LOCAL_PROVIDER = "om-local"
-OM_LOCAL_MODELS = frozenset({"extractive", "hashing"})
+OM_LOCAL_MODELS = frozenset({"extractive", "hashing", "chat"})
 KEYLESS_MODEL = f"{OM_LOCAL_PROVIDER}/extractive"
 
 

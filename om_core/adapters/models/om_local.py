@@ -28,11 +28,13 @@ from om_core.domain.prompts import (
     EXTRACTOR_END_MARKER,
     EXTRACTOR_SECTIONS_LINE_PREFIX,
     OBSERVER_HISTORY_HEADING,
+    PREVIOUS_OBSERVATIONS_HEADING,
     PREVIOUS_VALUE_HEADING,
     PRIOR_METADATA_HEADING,
     REFLECTOR_END_MARKER,
     REFLECTOR_LEVEL_LINE,
     REFLECTOR_OBSERVATIONS_HEADING,
+    REFLECTOR_PRIOR_VALUES_HEADING,
     REFLECTOR_TARGET_LINE,
     TRANSCRIPT_END_MARKER,
 )
@@ -252,7 +254,7 @@ def _proper_nouns(text: str) -> list[str]:
 
 def carries_fact_detail(text: str) -> bool:
     """Names and numbers: the details a condensed memory must never lose."""
-    return bool(re.search(r"\d", text)) or bool(_proper_nouns(text))
+    return bool(re.search(r"\d", text)) or bool(_details(text))
 
 
 def _clip_words(sentence: str, limit: int) -> str:
@@ -369,7 +371,8 @@ def parse_transcript(transcript: str) -> list[_Thread]:
 # --- observer --------------------------------------------------------------------------------------------
 
 Priority = Literal["🔴", "🟡", "🟢", "✅"]
-_MAX_LINES_PER_PART = 8
+# A pasted text of this many sentences is observed as one document, not sentence by sentence.
+_DOCUMENT_SENTENCES = 8
 
 
 @dataclass(slots=True)
@@ -378,6 +381,10 @@ class _Observation:
     clock: str
     priority: Priority
     text: str
+    # questions of one day are merged into one line
+    kind: Literal["fact", "question", "assistant", "tool"] = "fact"
+    # the words before the clauses ("User asked: "): lines with the same lead can share one line
+    lead: str = ""
 
 
 @dataclass(slots=True)
@@ -389,6 +396,10 @@ class _ThreadNotes:
     last_speaker: str | None = None
     assistant_asked: bool = False
     user_sentences: list[str] = field(default_factory=list)
+    # what is already remembered (earlier observations, earlier lines of this reply), clause by clause
+    seen: set[str] = field(default_factory=set)
+    # the detail tokens already remembered: an assistant repeating them adds nothing
+    known_details: set[str] = field(default_factory=set)
 
 
 def _with_dates(text: str, day: date | None) -> str:
@@ -396,45 +407,257 @@ def _with_dates(text: str, day: date | None) -> str:
     return f"{text} {note}" if note else text
 
 
+_DETAIL_TOKEN = re.compile(
+    r"[€$£¥]?\d[\d,.:/-]*[%\w]*"  # numbers, amounts, times, dates, versions
+    r"|\b\w+(?:[_/.@#]\w+)+\b"  # identifiers, paths, handles, dotted names
+    r"|\"[^\"\n]{2,60}\"|“[^”\n]{2,60}”"  # quoted wording
+)
+_HEALTH_AND_DIET = re.compile(
+    r"\b(?:allerg\w*|intoleran\w*|diabet\w*|vegetarian|vegan|gluten|lactose|kosher|halal|coeliac|celiac|"
+    r"pregnan\w*|asthma\w*|epilep\w*)\b",
+    re.I,
+)
+_ADVERBS = (
+    r"(?:really|still|usually|always|also|just|now|never|often|mostly|actually|definitely|generally|"
+    r"currently|mainly|only|already|recently|finally|honestly)"
+)
+_PERSONAL_CUE = re.compile(
+    rf"""
+    \b(?:my|our)\s+(?:[\w'-]+\s+){{0,3}}?(?:is|are|was|were|'s|called|named|lives?|works?|runs?|has|have)\b
+    | \bi(?:'m|\s+am)\s+(?:(?:a|an|so|very|quite|{_ADVERBS})\s+)*
+      (?:based|from|married|retired|moving|relocating|flying|travelling|traveling|staying|learning|left-handed)\b
+    | \b(?:i|we)\s+(?:{_ADVERBS}\s+)*
+      (?:prefer|like|love|hate|dislike|enjoy|play|speak|drive|own|live|work|study|teach|support|follow|use|
+         avoid|moved|bought|sold|switched|left|joined|started|quit|decided|booked|reserved|cancell?ed|
+         canceled|renamed|upgraded|chose|picked|plan|intend)\b
+    | \b(?:i've|i\s+have|we've|we\s+have)\s+been\s+
+      (?:learning|playing|studying|living|using|training|taking)\b
+    | \bi(?:'d|\s+would)\s+(?:{_ADVERBS}\s+)?(?:rather|prefer)\b
+    | \b(?:i|we)\s+(?:can't|cannot|don't|do\s+not|never)\s+(?:eat|have|drink|stand|use|fly|drive)\b
+    | \b(?:please\s+(?:always|never|remember|note)|call\s+me|my\s+name|i\s+was\s+born|keep\s+in\s+mind|
+         remember\s+that|don't\s+forget|note\s+that)\b
+    | \b(?:let's\s+(?:go\s+with|use|pick|stick\s+with|switch\s+to|choose)|we'll\s+use|we\s+will\s+use|
+         going\s+with|decision:|decided|we\s+chose|we\s+picked)
+    """,
+    re.I | re.X,
+)
+_CORRECTION_CUE = re.compile(
+    r"\b(?:actually|correction|scratch that|change of plan|changed|instead|no longer|anymore|any more|"
+    r"rebooked|switched|mistyped|i meant|update|moved to|slipped to|renamed|now)\b",
+    re.I,
+)
+_LEADING_DISCOURSE = re.compile(
+    r"^(?:(?:by the way|btw|oh|and|also|anyway|so|well|ok|okay|right|hmm|just so you know|for context|"
+    r"for the record|for what it's worth|fyi|before i forget|quick note|one more thing|random thing,? but|"
+    r"(?:sorry,? )?(?:asking|to ask) again|again|in case it's relevant|i should mention(?: that)?|"
+    r"something to remember|i never said|not going to lie|honestly|to be fair|i mean|funny enough|"
+    r"the thing is|truth be told|sorry|noted|got it|understood|sure|of course|great|perfect)\b"
+    r"\s*[,:;.!—–-]*\s*)+",
+    re.I,
+)
+_TRAILING_TAIL = re.compile(
+    r"(?:\s*[,;—–-]\s*(?:by the way|if that matters|if that's (?:fine|ok|okay)|if that helps|"
+    r"just so you know|"
+    r"in case (?:you need it|it matters)|anyway|though|honestly|lol|haha|sadly|if (?:the|a) form needs it|"
+    r"not sure if (?:that|it) matters))+\s*(?=[.!]?$)",
+    re.I,
+)
+_QUESTION_WORDS = re.compile(r"^(?:sorry,? )?(?:can|could|would|will) you (?:please )?", re.I)
+_IRREGULAR_PAST = _word_set(
+    """was had got made took left bought sold went came saw met told said thought kept found paid lost ran
+    drove flew grew knew wrote read put set cut quit spent sent built felt heard held slept woke began became
+    did could would should might must may can will shall"""
+)
+_THIRD_PERSON = {"am": "is", "'m": "is", "have": "has", "'ve": "has", "do": "does", "go": "goes",
+                 "don't": "doesn't", "haven't": "hasn't", "'ll": "will", "'d": "would"}  # fmt: skip
+
+
+def _conjugate(verb: str) -> str:
+    lower = verb.lower()
+    if lower in _THIRD_PERSON:
+        return _THIRD_PERSON[lower]
+    if lower in _IRREGULAR_PAST or lower.endswith(("ed", "n't")) or not lower.isalpha():
+        return verb
+    if lower.endswith(("s", "sh", "ch", "x", "z", "o")):
+        return verb + "es"
+    if len(lower) > 2 and lower.endswith("y") and lower[-2] not in "aeiou":
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
+_FIRST_PERSON_VERB = re.compile(rf"\b[Ii](?:['’](m|ve|ll|d)\b|\s+(?:({_ADVERBS})\s+)?([A-Za-z'’]+))")
+
+
+def third_person(text: str) -> str:
+    """What a user said about themselves, as a line about the user: ``I live in Porto`` → ``User lives in
+    Porto``, ``my sister`` → ``user's sister``. Names, numbers and the rest of the wording stay as written."""
+
+    def subject(match: re.Match[str]) -> str:
+        contraction, adverb, verb = match.groups()
+        if contraction is not None:
+            return "user " + _THIRD_PERSON["'" + contraction]
+        if verb.lower() in ("and", "or", "but", "so", "to", "too"):
+            return "user " + verb
+        return " ".join(["user", *([adverb] if adverb else []), _conjugate(verb)])
+
+    out = re.sub(r"\b(?:you can )?call me\b", "user goes by", text, flags=re.I)
+    out = _FIRST_PERSON_VERB.sub(subject, out)
+    out = re.sub(r"\b[Mm]y\b", "user's", out)
+    out = re.sub(r"\b(?:me|myself)\b", "user", out)
+    out = re.sub(r"\b(?:user|User) (?:user|User)\b", "user", out)
+    return out[:1].upper() + out[1:] if out else out
+
+
+def _details(sentence: str) -> list[str]:
+    # "e.g" and "i.e" look like dotted names
+    tokens = [
+        m.group(0)
+        for m in _DETAIL_TOKEN.finditer(sentence)
+        if len(m.group(0)) >= 5 or m.group(0)[0].isdigit()
+    ]
+    return tokens + _proper_nouns(sentence)
+
+
+def _trimmed(sentence: str) -> str:
+    """The sentence without the discourse words around what it says."""
+    body = _LEADING_DISCOURSE.sub("", sentence.strip()).strip()
+    body = _TRAILING_TAIL.sub("", body).strip()
+    return (body[:1].upper() + body[1:]) if body else sentence.strip()
+
+
+def _essential(sentence: str, limit: int) -> str:
+    """A long sentence cut to its clauses that carry details or a personal fact, then to ``limit`` words."""
+    if len(sentence.split()) <= limit:
+        return sentence
+    pieces = _CLAUSE_SEPARATOR.split(sentence)
+    clauses, separators = pieces[0::2], pieces[1::2]
+    # a clause other than the first starts mid-sentence, where a capital marks a name
+    keep = [
+        i
+        for i, clause in enumerate(clauses)
+        if _details(clause if i == 0 else " " + clause)
+        or _PERSONAL_CUE.search(clause)
+        or _HEALTH_AND_DIET.search(clause)
+    ] or [0]
+    out = clauses[keep[0]]
+    for previous, index in itertools.pairwise(keep):
+        out += (separators[index - 1] if index == previous + 1 else ", ") + clauses[index]
+    return _clip_words(out.strip().rstrip(",;"), limit)
+
+
+def _clause_key(text: str) -> str:
+    return _normalised(_SPEAKER_PREFIX.sub("", text))
+
+
 def classify_user_sentence(sentence: str) -> Literal["fact", "question", "request", "statement", "filler"]:
+    """Facts carry details (names, numbers, identifiers) or say something lasting about the user;
+    statements that do neither are chatter and are not remembered."""
     if is_filler(sentence):
         return "filler"
     if sentence.rstrip("\"')").endswith("?") or (
         _QUESTION_START.match(sentence) and len(sentence.split()) <= 12 and not sentence.endswith(".")
     ):
         return "question"
-    if _FIRST_PERSON_FACT.search(sentence) or carries_fact_detail(sentence):
+    if _details(sentence) or _PERSONAL_CUE.search(sentence) or _HEALTH_AND_DIET.search(sentence):
         return "fact"
     if _REQUEST_START.match(sentence):
         return "request"
     return "statement"
 
 
+def _remember(notes: _ThreadNotes, observation: _Observation, clauses: Sequence[str]) -> None:
+    """Add ``observation`` made of ``clauses``, leaving out the clauses already remembered."""
+    fresh: list[str] = []
+    for clause in clauses:
+        key = _clause_key(clause)
+        if key and key not in notes.seen:
+            notes.seen.add(key)
+            fresh.append(clause)
+    if not fresh:
+        return
+    notes.known_details |= {d.lower() for clause in fresh for d in _details(clause)}
+    prefix, _, _ = observation.text.partition("{}")
+    observation.lead = prefix
+    # each clause carries its own resolved dates; after the first, "User" reads on in lower case
+    joined = "; ".join(
+        _with_dates(re.sub(r"^User\b", "user", c) if i else c, observation.day) for i, c in enumerate(fresh)
+    )
+    observation.text = prefix + joined
+    notes.observations.append(observation)
+
+
+def _question_text(sentence: str) -> str:
+    body = _QUESTION_WORDS.sub("", _trimmed(sentence)).rstrip("?").strip()
+    return _clip_words(body[:1].lower() + body[1:] if body[:2] != body[:2].upper() else body, 14)
+
+
+def _observe_document(part: _Part, sentences: list[str], notes: _ThreadNotes) -> None:
+    """A pasted text: what it is, and the sentences of it that carry details, up to a share of its size."""
+    title = _clip_words(_trimmed(sentences[0]).rstrip(":"), 10)
+    ranked = sorted(
+        (i for i, s in enumerate(sentences[1:], 1) if _details(s) and not s.rstrip().endswith("?")),
+        key=lambda i: -len(_details(sentences[i])),
+    )
+    cap = max(6, count_tokens(part.text) // 60)
+    facts = [_essential(sentences[i], 24) for i in sorted(ranked[:cap])]
+    priority: Priority = "🔴" if facts else "🟡"
+    text = f"User shared a text ({len(part.text.split())} words), “{title}”" + (": {}" if facts else "")
+    if facts:
+        _remember(notes, _Observation(part.day, part.clock, priority, text), facts)
+    else:
+        notes.observations.append(_Observation(part.day, part.clock, priority, text))
+    for sentence in sentences[-2:]:
+        if classify_user_sentence(sentence) == "question":
+            _observe_question(part, sentence, notes)
+
+
+def _observe_question(part: _Part, sentence: str, notes: _ThreadNotes) -> None:
+    priority: Priority = "🔴" if _details(sentence) else "🟡"
+    observation = _Observation(part.day, part.clock, priority, "User asked: {}", "question")
+    _remember(notes, observation, [_question_text(sentence)])
+    notes.last_request, notes.last_request_kind = sentence, "question"
+    notes.first_topic = notes.first_topic or sentence
+
+
 def _observe_user(part: _Part, notes: _ThreadNotes) -> None:
-    added = 0
-    for sentence in split_sentences(part.text):
-        if added >= _MAX_LINES_PER_PART or _looks_like_code(sentence):
-            continue
+    sentences = [s for s in split_sentences(part.text) if not _looks_like_code(s)]
+    if len(sentences) >= _DOCUMENT_SENTENCES:
+        notes.user_sentences += [s for s in sentences if classify_user_sentence(s) == "fact"]
+        _observe_document(part, sentences, notes)
+        return
+    facts: list[str] = []
+    for sentence in sentences:
         kind = classify_user_sentence(sentence)
-        if kind == "filler":
+        if kind in ("filler", "statement"):
             continue
         notes.user_sentences.append(sentence)
-        if kind in ("question", "request"):
-            notes.last_request = sentence
-            notes.last_request_kind = "question" if kind == "question" else "request"
-        if notes.first_topic is None and kind in ("question", "request"):
-            notes.first_topic = sentence
-        priority: Priority
-        if kind == "fact":
-            priority, text = "🔴", f"User said: {sentence}"
-        elif kind == "question":
-            priority, text = "🟡", f"User asked: {sentence}"
+        if kind == "question":
+            _observe_question(part, sentence, notes)
         elif kind == "request":
-            priority, text = "🔴", f"User requested: {sentence}"
+            observation = _Observation(part.day, part.clock, "🟡", "User asked to {}", "question")
+            _remember(notes, observation, [_clip_words(_question_text(sentence), 16)])
+            notes.last_request, notes.last_request_kind = sentence, "request"
+            notes.first_topic = notes.first_topic or sentence
         else:
-            priority, text = "🟢", f"User said: {sentence}"
-        notes.observations.append(_Observation(part.day, part.clock, priority, _with_dates(text, part.day)))
-        added += 1
+            facts.append(third_person(_essential(_trimmed(sentence), 22)).rstrip("."))
+    if facts:
+        _remember(notes, _Observation(part.day, part.clock, "🔴", "{}"), facts)
+
+
+_COMMITMENT = re.compile(r"\b(?:i'll|i will|i'm going to|i am going to|i'll be)\b", re.I)
+_WHEN = re.compile(
+    rf"\b(?:today|tonight|tomorrow|morning|afternoon|evening|next|by|before|after|{'|'.join(_WEEKDAYS)})\b",
+    re.I,
+)
+
+
+def _assistant_line(sentence: str) -> str:
+    out = re.sub(r"\b[Ii](?:'ll| will)\b", "will", sentence)
+    out = re.sub(r"\b[Ii](?:'m| am) going to\b", "is going to", out)
+    out = re.sub(r"\b[Ii](?:'ve| have)\b", "has", out)
+    out = re.sub(r"\byour\b", "user's", out)
+    out = re.sub(r"\byou\b", "user", out)
+    return out.rstrip(".")
 
 
 def _observe_assistant(part: _Part, notes: _ThreadNotes) -> None:
@@ -442,16 +665,23 @@ def _observe_assistant(part: _Part, notes: _ThreadNotes) -> None:
     if not sentences:
         return
     notes.assistant_asked = sentences[-1].rstrip("\"')").endswith("?")
-    done = next(
-        (s for s in sentences if _COMPLETION.search(s) and not _NEGATION.search(s) and not s.endswith("?")),
-        None,
-    )
-    priority: Priority
-    if done is not None:
-        text, priority = f"Assistant: {_clip_words(done, 25)}", "✅"
-    else:
-        text, priority = f"Assistant: {_clip_words(sentences[0], 20)}", "🟢"
-    notes.observations.append(_Observation(part.day, part.clock, priority, _with_dates(text, part.day)))
+    for sentence in sentences:
+        if sentence.endswith("?"):
+            continue
+        details = {d.lower() for d in _details(sentence)}
+        if _COMPLETION.search(sentence) and not _NEGATION.search(sentence):
+            line = f"Assistant {_assistant_line(_clip_words(_trimmed(sentence), 22))}"
+            _remember(notes, _Observation(part.day, part.clock, "✅", "{}", "assistant"), [line])
+        elif _COMMITMENT.search(sentence) and (details or _WHEN.search(sentence)):
+            line = f"Assistant {_assistant_line(_clip_words(_trimmed(sentence), 22))}"
+            _remember(notes, _Observation(part.day, part.clock, "🔴", "{}", "assistant"), [line])
+        elif details - notes.known_details:
+            # a concrete answer: what it names that was not known before
+            line = f"Assistant: {_clip_words(_essential(_trimmed(sentence), 20), 20).rstrip('.')}"
+            _remember(notes, _Observation(part.day, part.clock, "🟡", "{}", "assistant"), [line])
+
+
+_FAILURE = re.compile(r"\b(?:FAILED|FAIL|ERROR|Error|Exception|Traceback|failed|failure|denied)\b")
 
 
 def _first_line(text: str, limit: int) -> str:
@@ -459,42 +689,47 @@ def _first_line(text: str, limit: int) -> str:
     return line if len(line) <= limit else line[:limit].rstrip() + "…"
 
 
-def _observe_tool(part: _Part, notes: _ThreadNotes, pending: dict[str, _Observation]) -> None:
-    kind, _, name = part.title[len("Tool ") :].partition(" ")
-    if kind == "Call":
-        observation = _Observation(part.day, part.clock, "🟡", f"Called {name}({_first_line(part.text, 80)})")
-        pending[name] = observation
-        notes.observations.append(observation)
-        return
-    outcome = {
-        "Result": f"returned {_first_line(part.text, 120)}",
-        "Error": f"failed: {_first_line(part.text, 120)}",
-        "Denied": "was denied",
-    }[kind]
-    call = pending.pop(name, None)
-    if call is not None:
-        call.text = f"{call.text} {outcome}"
-    else:
-        notes.observations.append(_Observation(part.day, part.clock, "🟡", f"Tool {name} {outcome}"))
+def _observe_tools(run: list[_Part], notes: _ThreadNotes) -> None:
+    """A run of tool calls as one line: the tools used, and what failed, in its own words."""
+    names: list[str] = []
+    failures: list[str] = []
+    for part in run:
+        kind, _, name = part.title[len("Tool ") :].partition(" ")
+        if kind == "Call" and name not in names:
+            names.append(name)
+        elif kind in ("Error", "Denied") or (kind == "Result" and _FAILURE.search(part.text)):
+            lines = [ln.strip() for ln in part.text.splitlines() if _FAILURE.search(ln)] or [part.text]
+            failures.append(
+                f"{name} {'was denied' if kind == 'Denied' else 'failed'}: {_first_line(lines[0], 140)}"
+            )
+    first = run[0]
+    if failures:
+        _remember(notes, _Observation(first.day, first.clock, "🔴", "{}", "tool"), failures)
+    elif names:
+        _remember(notes, _Observation(first.day, first.clock, "🟡", "Ran {}", "tool"), [", ".join(names)])
 
 
-def _observe_thread(thread: _Thread) -> _ThreadNotes:
-    notes = _ThreadNotes()
-    pending: dict[str, _Observation] = {}
-    for part in thread.parts:
+def _observe_thread(thread: _Thread, notes: _ThreadNotes) -> _ThreadNotes:
+    tools: list[_Part] = []
+    for part in [*thread.parts, None]:
+        if part is not None and part.title.startswith("Tool "):
+            tools.append(part)
+            continue
+        if tools:
+            _observe_tools(tools, notes)
+            tools = []
+        if part is None:
+            break
         if part.title == "User":
             if re.fullmatch(r"\[(Image|File) #\d+: [^\]]*\]", part.text.strip()):
-                notes.observations.append(
-                    _Observation(part.day, part.clock, "🟡", f"User shared {part.text.strip()}")
-                )
+                observation = _Observation(part.day, part.clock, "🟡", "User shared {}")
+                _remember(notes, observation, [part.text.strip()])
             else:
                 _observe_user(part, notes)
         elif part.title == "Assistant":
             _observe_assistant(part, notes)
-        elif part.title.startswith("Tool "):
-            _observe_tool(part, notes, pending)
         elif part.title in ("Image", "File"):
-            notes.observations.append(_Observation(part.day, part.clock, "🟡", f"Shared {part.text.strip()}"))
+            _remember(notes, _Observation(part.day, part.clock, "🟡", "Shared {}"), [part.text.strip()])
         else:
             # Reasoning, system text and tool-role text are the assistant's machinery, not memories.
             continue
@@ -502,11 +737,40 @@ def _observe_thread(thread: _Thread) -> _ThreadNotes:
     return notes
 
 
+def _nothing_new(thread: _Thread, notes: _ThreadNotes) -> None:
+    """A low-priority line saying the stretch held nothing worth keeping: an Observer that answers with no
+    observation at all is taken to have failed, and the messages would stay unobserved."""
+    if notes.observations or not thread.parts:
+        return
+    last = thread.parts[-1]
+    said = [s for p in thread.parts if p.title == "User" for s in split_sentences(p.text) if not is_filler(s)]
+    topic = f": {_clip_words(_trimmed(said[0]).rstrip('.?!'), 8)}" if said else ""
+    text = f"Conversation went on ({len(thread.parts)} messages), nothing new to remember{topic}"
+    notes.observations.append(_Observation(last.day, last.clock, "🟢", text))
+
+
+def _merged_questions(observations: list[_Observation]) -> list[_Observation]:
+    """The questions of one day on one line (at the first one's time), and the same for routine tool
+    runs: they matter less than the facts, and a line each would cost more than what they say."""
+    out: list[_Observation] = []
+    open_line: dict[tuple[date | None, str, str], _Observation] = {}
+    for obs in observations:
+        mergeable = obs.lead and (obs.kind == "question" or (obs.kind == "tool" and obs.priority == "🟡"))
+        head = open_line.get((obs.day, obs.priority, obs.lead)) if mergeable else None
+        if head is None:
+            out.append(obs)
+            if mergeable:
+                open_line[(obs.day, obs.priority, obs.lead)] = obs
+        else:
+            head.text += "; " + obs.text[len(obs.lead) :]
+    return out
+
+
 def _render_observation_groups(observations: Iterable[_Observation]) -> list[str]:
     lines: list[str] = []
     current_day: date | None = None
     first = True
-    for obs in observations:
+    for obs in _merged_questions(list(observations)):
         if first or obs.day != current_day:
             if obs.day is not None:
                 if not first:
@@ -515,6 +779,20 @@ def _render_observation_groups(observations: Iterable[_Observation]) -> list[str
             current_day, first = obs.day, False
         lines.append(f"* {obs.priority} ({obs.clock}) {obs.text}")
     return lines
+
+
+def _remembered(previous: str) -> _ThreadNotes:
+    """Notes that know what the previous observations already say."""
+    notes = _ThreadNotes()
+    for line in previous.splitlines():
+        marked = _OBS_LINE.match(line)
+        if marked is None:
+            continue
+        text = _ANNOTATION.sub("", marked.group(3))
+        for clause in text.split("; "):
+            notes.seen.add(_clause_key(clause))
+        notes.known_details |= {d.lower() for d in _details(text)}
+    return notes
 
 
 def _thread_title(notes: _ThreadNotes) -> str | None:
@@ -606,7 +884,12 @@ def observe_transcript(user_prompt: str, system_prompt: str) -> str:
     metadata = _section(user_prompt, PRIOR_METADATA_HEADING, [OBSERVER_HISTORY_HEADING]) or ""
     prior = _metadata_values(metadata)
     wants_title = re.search(r"^<thread-title>\s*$", system_prompt, re.M) is not None
-    threads = [(thread.thread_id, _observe_thread(thread)) for thread in parse_transcript(transcript)]
+    previous = _section(user_prompt, PREVIOUS_OBSERVATIONS_HEADING, [PRIOR_METADATA_HEADING]) or ""
+    threads: list[tuple[str | None, _ThreadNotes]] = []
+    for thread in parse_transcript(transcript):
+        notes = _observe_thread(thread, _remembered(previous))
+        _nothing_new(thread, notes)
+        threads.append((thread.thread_id, notes))
     multi = any(thread_id is not None for thread_id, _ in threads)
 
     def hints(notes: _ThreadNotes) -> list[str]:
@@ -767,6 +1050,94 @@ def _merge_and_dedupe(segment: _Segment) -> None:
     segment.groups = [g for g in groups if g.lines]
 
 
+_CORRECTION_LEAD = re.compile(
+    r"^(?:(?:update|correction|actually|sorry|small change|change of plan|scratch that|also|note)\b"
+    r"[^:,]{0,30}?"
+    r"[:,]\s*)+",
+    re.I,
+)
+# "…, not X", "… instead of X": the value a correction replaces
+_REPLACED = re.compile(
+    r"\b(?:not|instead of|rather than|no longer|dropped|cancell?ed|left|previously)\s+(?:the\s+)?"
+    r"(?P<old>[^,;()]+?)(?=\s*(?:[,;.)]|$|\s+(?:anymore|any more|is off|now|instead|last|from)\b))",
+    re.I,
+)
+_SUBJECT = re.compile(
+    r"^(?:(?:user's|our|the|my)\s+(?P<subject>(?:[\w-]+\s+){0,3}?[\w-]+)\s+(?:is|are|was|were)"
+    r"(?:\s+now)?(?:\s+(?P<prep>on|at|in|to|for|from|called|named|due|based|scheduled|set|booked))?\b"
+    # "Budget: …"; not "run_tests failed: …", which reports an event rather than a value
+    r"|(?P<label>(?![A-Za-z -]*\b(?:failed|denied|asked|shared)\b)[A-Za-z][A-Za-z -]{2,30}):\s)",
+    re.I,
+)
+# labels that introduce a line rather than name what it states the value of
+_GENERIC_LABELS = frozenset(
+    {"decision", "note", "update", "correction", "question", "todo", "reminder", "fyi", "ps", "user",
+     "assistant", "tool", "warning", "summary"}
+)  # fmt: skip
+_SUBJECT_NOISE = frozenset({"new", "current", "now", "actual", "final", "updated", "whole", "total"})
+
+
+def _subject_key(clause: str) -> tuple[frozenset[str], str] | None:
+    """What a clause states a value of (``user's budget is …`` → budget), to tell when a later clause
+    restates it with another value."""
+    body = _CORRECTION_LEAD.sub("", _ANNOTATION.sub("", clause)).strip()
+    match = _SUBJECT.match(body)
+    if match is None:
+        return None
+    subject = match.group("subject") or match.group("label") or ""
+    if match.group("label") and subject.lower().split()[0] in _GENERIC_LABELS:
+        return None
+    words = frozenset(
+        _stem(w) for w in re.findall(r"[a-z]+", subject.lower()) if w not in _STOPWORDS | _SUBJECT_NOISE
+    )
+    return (words, (match.group("prep") or "").lower()) if words else None
+
+
+def _replaced_values(clause: str) -> list[str]:
+    return [
+        _normalised(m.group("old"))
+        for m in _REPLACED.finditer(_ANNOTATION.sub("", clause))
+        if _details(" " + m.group("old"))
+    ]
+
+
+def _supersedes(newer: str, older: str) -> bool:
+    old_text = f" {_normalised(older)} "
+    if any(value and f" {value} " in old_text for value in _replaced_values(newer)):
+        return True
+    new_key, old_key = _subject_key(newer), _subject_key(older)
+    if new_key is None or old_key is None or new_key[1] != old_key[1]:
+        return False
+    return (new_key[0] <= old_key[0] or old_key[0] <= new_key[0]) and _normalised(newer) != _normalised(older)
+
+
+def _drop_superseded(segments: Sequence[_Segment]) -> None:
+    """A later statement of a fact replaces the earlier one: the earlier clause goes, and a line left with
+    no clause goes with it. Only high-priority lines state facts; questions never replace them."""
+    facts = sorted(
+        (line for s in segments for line in s.lines() if line.priority == "🔴"), key=lambda line: line.order
+    )
+    clauses = {id(line): line.text.split("; ") for line in facts}
+    for index, line in enumerate(facts):
+        if line.text.startswith(("User asked", "User shared")):
+            continue
+        for newer_clause in clauses[id(line)]:
+            for older in facts[:index]:
+                kept = [c for c in clauses[id(older)] if not _supersedes(newer_clause, c)]
+                clauses[id(older)] = kept
+    for line in facts:
+        kept = clauses[id(line)]
+        if not kept:
+            line.text = ""
+        elif len(kept) != len(line.text.split("; ")):
+            # the first clause may have been dropped: keep the line's own lead-in
+            text = "; ".join(kept)
+            line.text = text[:1].upper() + text[1:]
+    for segment in segments:
+        for group in segment.groups:
+            group.lines = [line for line in group.lines if line.text]
+
+
 def essential_clause(text: str) -> str:
     """The clauses of an observation that carry names, numbers or first-person facts, annotations kept."""
     annotations = "".join(m.group(0) for m in _ANNOTATION.finditer(text))
@@ -776,9 +1147,7 @@ def essential_clause(text: str) -> str:
     pieces = _CLAUSE_SEPARATOR.split(body[len(prefix) :])
     clauses, separators = pieces[0::2], pieces[1::2]
     keep = [
-        i
-        for i, clause in enumerate(clauses)
-        if re.search(r"\d", clause) or _proper_nouns(" " + clause) or _FIRST_PERSON_FACT.search(clause)
+        i for i, clause in enumerate(clauses) if _details(" " + clause) or _FIRST_PERSON_FACT.search(clause)
     ] or [0]
     out = clauses[keep[0]]
     for previous, index in itertools.pairwise(keep):
@@ -874,7 +1243,9 @@ def _fit_to_target(segments: list[_Segment], target: int) -> list[_Segment]:
             for line in s.lines()
             if line.priority == "🔴" and not carries_fact_detail(line.text)
         ]
-        segments, total = _drop_in_order(segments, oldest_first(unprotected), goal, total)
+        # lasting personal facts and decisions ("prefers short answers") go last
+        unprotected.sort(key=lambda line: (bool(_PERSONAL_CUE.search(line.text)), line.order))
+        segments, total = _drop_in_order(segments, unprotected, goal, total)
     return segments
 
 
@@ -895,6 +1266,7 @@ def reflect_observations(user_prompt: str) -> str:
     newest_day = next(g.day for s in segments for g in s.groups if newest_line in g.lines)
     for segment in segments:
         _merge_and_dedupe(segment)
+    _drop_superseded(segments)
     _apply_level(segments, level)
     segments = _prune(segments)
     if target is not None and segments:
@@ -992,6 +1364,26 @@ def _value_for(schema: dict[str, Any], name: str, sentences: Sequence[str], prev
             return previous if isinstance(previous, bool) else False
         return not _NEGATION.search(match)
     return None
+
+
+def reflection_extractor_sections(user_prompt: str, system_prompt: str) -> str:
+    """The Reflector's inline extractor sections: each value from the newest observation line that
+    mentions it, else the value the prompt says was recorded so far; nothing for an extractor with
+    neither."""
+    sentences = _candidate_sentences(user_prompt)
+    recorded = _metadata_values(_section(system_prompt, REFLECTOR_PRIOR_VALUES_HEADING, ["# "]) or "")
+    lines: list[str] = []
+    for slug, instructions in _inline_extractors(system_prompt).items():
+        value = _matching_sentence(sentences, _keywords(slug, instructions)) or recorded.get(slug)
+        if value:
+            lines += [f"<{slug}>", value, f"</{slug}>"]
+    return "\n".join(lines)
+
+
+def _reflector_reply(user_prompt: str, system_prompt: str) -> str:
+    reflected = reflect_observations(user_prompt)
+    extracted = reflection_extractor_sections(user_prompt, system_prompt)
+    return f"{reflected}\n{extracted}" if extracted else reflected
 
 
 def extract_json(schema: dict[str, Any], prompt: str) -> str:
@@ -1110,7 +1502,7 @@ def respond(
     if schema is not None:
         answer, empty = (lambda: extract_json(schema, user)), "{}"
     elif re.search(rf"^{re.escape(REFLECTOR_OBSERVATIONS_HEADING)}\s*$", user, re.I | re.M):
-        answer, empty = (lambda: reflect_observations(user)), EMPTY_OBSERVATIONS
+        answer, empty = (lambda: _reflector_reply(user, system)), EMPTY_OBSERVATIONS
     elif re.search(rf"^{re.escape(OBSERVER_HISTORY_HEADING)}\s*$", user, re.I | re.M):
         answer, empty = (lambda: observe_transcript(user, system)), EMPTY_OBSERVATIONS
     else:

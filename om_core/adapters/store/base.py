@@ -354,32 +354,45 @@ class SqlEventStore(EventStore, RecordProjection, MessageQueries, Outbox, Vector
         stream_id: str,
         *,
         thread_id: str | None = None,
-        cursor: tuple[datetime, str] | None = None,
+        cursor: int | None = None,
         backward: bool = False,
         limit: int = 50,
     ) -> list[StoredMessage]:
-        key = sa.tuple_(messages.c.created_at, messages.c.message_id)
         query = sa.select(*MESSAGE_COLUMNS).where(messages.c.stream_id == stream_id)
         if thread_id is not None:
             query = query.where(messages.c.thread_id == thread_id)
         if cursor is not None:
-            bound = sa.tuple_(sa.literal(cursor[0], schema.UtcDateTime()), sa.literal(cursor[1], sa.Text()))
-            query = query.where(key < bound if backward else key > bound)
-        if backward:
-            query = query.order_by(messages.c.created_at.desc(), messages.c.message_id.desc())
-        else:
-            query = query.order_by(messages.c.created_at, messages.c.message_id)
+            query = query.where(messages.c.seq < cursor if backward else messages.c.seq > cursor)
+        query = query.order_by(messages.c.seq.desc() if backward else messages.c.seq)
         with _unavailable_on_connection_errors(), self._engine.connect() as conn:
             rows = list(conn.execute(query.limit(limit)))
         if backward:
             rows.reverse()
         return [stored_message(row) for row in rows]
 
+    def messages_with_id(self, stream_ids: Sequence[str], message_id: str) -> list[StoredMessage]:
+        if not stream_ids:
+            return []
+        query = (
+            sa.select(*MESSAGE_COLUMNS)
+            .where(messages.c.stream_id.in_(list(stream_ids)), messages.c.message_id == message_id)
+            .order_by(messages.c.stream_id)
+        )
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
+            return [stored_message(row) for row in conn.execute(query)]
+
     def search_messages(
-        self, tenant: str, text: str, *, stream_ids: Sequence[str] | None = None, limit: int = 10
+        self,
+        tenant: str,
+        text: str,
+        *,
+        stream_ids: Sequence[str] | None = None,
+        thread_ids: Sequence[str] | None = None,
+        limit: int = 10,
     ) -> list[MessageHit]:
-        """The tenant's messages that match ``text`` (in ``stream_ids`` when given), best score first and
-        newest first among equals; each backend says what matches and how it scores (``_text_match``)."""
+        """The tenant's messages that match ``text`` (in ``stream_ids`` and ``thread_ids`` when given), best
+        score first and newest first among equals; each backend says what matches and how it scores
+        (``_text_match``)."""
         match = self._text_match(text)
         if match is None:
             return []
@@ -387,10 +400,12 @@ class SqlEventStore(EventStore, RecordProjection, MessageQueries, Outbox, Vector
         scope = [messages.c.tenant == tenant, matches]
         if stream_ids is not None:
             scope.append(messages.c.stream_id.in_(list(stream_ids)))
+        if thread_ids is not None:
+            scope.append(messages.c.thread_id.in_(list(thread_ids)))
         query = (
             sa.select(*MESSAGE_COLUMNS, score.label("score"))
             .where(*scope)
-            .order_by(score.desc(), messages.c.created_at.desc())
+            .order_by(score.desc(), messages.c.created_at.desc(), messages.c.seq.desc())
             .limit(limit)
         )
         with _unavailable_on_connection_errors(), self._engine.connect() as conn:
@@ -401,37 +416,42 @@ class SqlEventStore(EventStore, RecordProjection, MessageQueries, Outbox, Vector
     def _text_match(self, text: str) -> tuple[sa.ColumnElement[bool], sa.ColumnElement[Any]] | None:
         """The condition a message must meet to match ``text`` and its score; None when nothing can."""
 
-    def message_by_id(self, tenant: str, message_id: str) -> StoredMessage | None:
-        query = (
-            sa.select(*MESSAGE_COLUMNS)
-            .where(messages.c.tenant == tenant, messages.c.message_id == message_id)
-            .limit(1)
-        )
-        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
-            row = conn.execute(query).first()
-        return None if row is None else stored_message(row)
-
     def list_threads(
         self,
         tenant: str,
         *,
         resource_id: str | None = None,
-        before: datetime | None = None,
-        after: datetime | None = None,
+        thread_ids: Sequence[str] | None = None,
+        created_before: datetime | None = None,
+        created_after: datetime | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[ThreadRow]:
+        # a thread was created with the first event of its own stream; the (stream_id, stream_version) key
+        # finds it without a column of its own
+        first = events.alias("first_event")
+        created_at = first.c.recorded_at
         columns = (records.c.stream_id, records.c.resource_id, records.c.version, records.c.state)
-        query = sa.select(*columns, records.c.updated_at).where(
-            records.c.tenant == tenant,
-            records.c.stream_id.startswith(thread_stream_id(tenant, ""), autoescape=True),
+        query = (
+            sa.select(*columns, records.c.updated_at, created_at.label("created_at"))
+            .select_from(
+                records.outerjoin(
+                    first, sa.and_(first.c.stream_id == records.c.stream_id, first.c.stream_version == 1)
+                )
+            )
+            .where(
+                records.c.tenant == tenant,
+                records.c.stream_id.startswith(thread_stream_id(tenant, ""), autoescape=True),
+            )
         )
         if resource_id is not None:
             query = query.where(records.c.resource_id == resource_id)
-        if before is not None:
-            query = query.where(records.c.updated_at < before)
-        if after is not None:
-            query = query.where(records.c.updated_at > after)
+        if thread_ids is not None:
+            query = query.where(records.c.stream_id.in_([thread_stream_id(tenant, t) for t in thread_ids]))
+        if created_before is not None:
+            query = query.where(created_at < created_before)
+        if created_after is not None:
+            query = query.where(created_at > created_after)
         query = query.order_by(records.c.updated_at.desc(), records.c.stream_id).limit(limit).offset(offset)
         with _unavailable_on_connection_errors(), self._engine.connect() as conn:
             rows = conn.execute(query).all()
@@ -447,6 +467,7 @@ class SqlEventStore(EventStore, RecordProjection, MessageQueries, Outbox, Vector
                     config=dict(state.get("config_overrides") or {}),
                     version=int(row.version),
                     updated_at=row.updated_at,
+                    created_at=row.created_at,
                 )
             )
         return out

@@ -323,34 +323,94 @@ class EventStoreContract:
         store.append(second, [message_event("m1", content_hash="other")], 0)
         assert store.find_messages(second, ["m1"])["m1"].content_hash == "other"
 
-    def test_read_messages_pages_by_time_and_id_both_ways(self, store: SqlEventStore) -> None:
+    def test_read_messages_pages_in_stream_order_both_ways(self, store: SqlEventStore) -> None:
         stream = new_stream("resource")
         start = datetime(2025, 3, 1, tzinfo=UTC)
+        # ids that do not sort as they were sent, several sharing a moment, one dated back: seq decides
+        names = ["m8", "m10", "m9", "a1", "z0", "m2", "b7", "m11", "c3", "m1"]
         batch = [
             message_event(
-                f"m{i:02d}",
-                seq=i,
+                name,
+                seq=i + 1,
                 thread_id="a" if i % 2 else "b",
-                created_at=(start + timedelta(minutes=i // 2)).isoformat(),
+                created_at=(
+                    start - timedelta(days=1) if i == 5 else start + timedelta(minutes=i // 3)
+                ).isoformat(),
             )
-            for i in range(10)
+            for i, name in enumerate(names)
         ]
         store.append(stream, batch, 0)
-        ordered = [m.message_id for m in store.read_messages(stream, limit=100)]
-        assert ordered == [f"m{i:02d}" for i in range(10)]
+        assert [m.message_id for m in store.read_messages(stream, limit=100)] == names
 
         first = store.read_messages(stream, limit=4)
-        after = first[-1]
-        second = store.read_messages(stream, cursor=(after.created_at, after.message_id), limit=4)
-        assert [m.message_id for m in first + second] == ordered[:8]
+        second = store.read_messages(stream, cursor=first[-1].seq, limit=4)
+        assert [m.message_id for m in first + second] == names[:8]
 
         latest = store.read_messages(stream, backward=True, limit=3)
-        assert [m.message_id for m in latest] == ordered[-3:]
-        before = store.read_messages(
-            stream, cursor=(latest[0].created_at, latest[0].message_id), backward=True, limit=3
+        assert [m.message_id for m in latest] == names[-3:]
+        before = store.read_messages(stream, cursor=latest[0].seq, backward=True, limit=3)
+        assert [m.message_id for m in before] == names[4:7]
+        assert [m.message_id for m in store.read_messages(stream, thread_id="b")] == names[0::2]
+        assert [m.message_id for m in store.read_messages(stream, thread_id="a", cursor=4, limit=2)] == [
+            "m2",
+            "m11",
+        ]
+
+    def test_a_message_id_is_looked_up_in_the_streams_named_only(self, store: SqlEventStore) -> None:
+        first, second, elsewhere = new_stream(), new_stream(), new_stream()
+        store.append(first, [message_event("m1", text="first")], 0)
+        store.append(second, [message_event("m1", content_hash="other", text="second")], 0)
+        store.append(elsewhere, [message_event("m1", content_hash="third")], 0)
+        found = store.messages_with_id([first, second], "m1")
+        assert sorted(m.stream_id for m in found) == sorted([first, second])
+        assert [m.message["parts"][0]["text"] for m in store.messages_with_id([second], "m1")] == ["second"]
+        assert store.messages_with_id([first], "m2") == []
+        assert store.messages_with_id([], "m1") == []
+
+    def test_search_narrows_to_streams_and_threads(self, store: SqlEventStore) -> None:
+        stream = new_stream("resource")
+        word = f"kumquat{uuid.uuid4().hex[:8]}"
+        store.append(
+            stream,
+            [
+                message_event("m1", seq=1, thread_id="a", text=f"the {word} tree"),
+                message_event("m2", seq=2, thread_id="b", text=f"a {word} jam"),
+            ],
+            0,
         )
-        assert [m.message_id for m in before] == ordered[4:7]
-        assert [m.message_id for m in store.read_messages(stream, thread_id="b")] == ordered[0::2]
+        both = store.search_messages("acme", word, stream_ids=[stream])
+        assert sorted(h.message.message_id for h in both) == ["m1", "m2"]
+        only_b = store.search_messages("acme", word, stream_ids=[stream], thread_ids=["b"])
+        assert [h.message.message_id for h in only_b] == ["m2"]
+        assert store.search_messages("acme", word, stream_ids=[new_stream()]) == []
+
+    def test_threads_are_listed_with_their_creation_and_filtered_by_it(self, store: SqlEventStore) -> None:
+        resource = f"res-{uuid.uuid4().hex}"
+
+        def record(thread: str) -> StateSnapshot:
+            return StateSnapshot(
+                state={"thread_id": thread, "title": thread.upper()},
+                tenant="acme",
+                thread_id=thread,
+                resource_id=resource,
+            )
+
+        older, newer = f"acme/thread/{resource}-old", f"acme/thread/{resource}-new"
+        store.append(older, [event(1)], 0, snapshot=record(f"{resource}-old"))
+        time.sleep(0.05)
+        store.append(newer, [event(1)], 0, snapshot=record(f"{resource}-new"))
+        # a later append updates the older thread, but it was still created first
+        store.append(older, [event(2)], 1, snapshot=record(f"{resource}-old"))
+        listed = store.list_threads("acme", resource_id=resource)
+        assert [r.thread_id for r in listed] == [f"{resource}-old", f"{resource}-new"]
+        created = {r.thread_id: r.created_at for r in listed}
+        old_at, new_at = created[f"{resource}-old"], created[f"{resource}-new"]
+        assert old_at is not None and new_at is not None and old_at < new_at
+        between = old_at + (new_at - old_at) / 2
+        after = store.list_threads("acme", resource_id=resource, created_after=between)
+        assert [r.thread_id for r in after] == [f"{resource}-new"]
+        before = store.list_threads("acme", resource_id=resource, created_before=between)
+        assert [r.thread_id for r in before] == [f"{resource}-old"]
 
     # --- inline projection -----------------------------------------------------------------------------
 

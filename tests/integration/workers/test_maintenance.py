@@ -78,10 +78,15 @@ def test_a_running_beat_activates_the_chunks_of_an_idle_thread(cluster_factory: 
         if any(type(e).__name__ == "ObservationBufferRequested" for e in outcome.events):
             break
     wait_for(lambda: cluster.state(thread).chunks or None, timeout=20, what="the worker to buffer a chunk")
+    # the user's next question: the buffered turns are history now, which is what an activation may take
+    question = filler_message(thread, 200)
+    append_messages(cluster.deps, tenant=TENANT, thread_id=thread, messages=[question])
     assert cluster.state(thread).stats.activations == 0
     cluster.beat()
     wait_for(lambda: cluster.state(thread).stats.activations or None, timeout=30, what="the idle sweep")
-    (activated,) = cluster.events(thread, "ChunksActivated")
+    (activated, *_) = cluster.events(thread, "ChunksActivated")
     assert activated.data["triggered_by"] == "ttl" and activated.data["ttl_expired_ms"] >= 4_000
     assert activated.metadata.get("cause") == "idle-sweep"
-    assert cluster.state(thread).chunks == []
+    state = cluster.state(thread)
+    newest = next(m for m in state.window if m.message_id == question["id"])
+    assert all(chunk.to_seq >= newest.seq for chunk in state.chunks), "only the newest turn stays buffered"

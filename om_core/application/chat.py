@@ -1,0 +1,349 @@
+"""The OpenAI-compatible memory proxy's turn (``POST /v1/chat/completions``, docs/api.md).
+
+An app sends what it would send its model. om stores the messages it does not hold yet, builds the context
+(the app's own system messages first, then om's memory and the unobserved window), calls the model, stores
+the reply, and hands the model's answer back.
+
+Chat messages carry no ids, so om places the sent history against the thread's stored tail by role and
+content: an app that resends the whole conversation each call and one that sends only the new message
+both store each message once. A new message's id is derived from the thread, the id of the message before
+it and its content, so a message sent again in the same place gets the same id and is a duplicate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from om_core.application.append import AppendOutcome, append_messages
+from om_core.application.context import read_context
+from om_core.application.deps import Deps
+from om_core.application.ports import ChatCall, ChatModels
+from om_core.application.streams import record_stream_for
+from om_core.domain.context import ContextWindow
+from om_core.domain.envelope import JSONDict, StoredMessage
+from om_core.domain.message_input import (
+    MessageValidationError,
+    canonical_json,
+    message_to_json,
+    normalize_message,
+)
+
+LOCAL_CHAT_MODEL = "om-local/chat"
+INSTRUCTION_ROLES = frozenset({"system", "developer"})
+CHAT_ID_PREFIX = "chat-"
+# replies om stored that the app may never have received (a lost response retried, a regenerated answer):
+# a resent history may end this many assistant messages before the stored end
+TRAILING_REPLIES = 4
+_SIGNATURE_CLOCK = datetime(1970, 1, 1, tzinfo=UTC)
+
+Render = Callable[[ContextWindow], list[JSONDict]]
+
+
+class ChatRequestError(ValueError):
+    """A proxied request refused before any model is called, with OpenAI's error fields."""
+
+    def __init__(self, status: int, message: str, *, code: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+
+
+@dataclass(frozen=True)
+class ChatProxy:
+    """What the proxy runs with: the chat models, the models it offers, and whether a request may bring
+    its provider's key (``OM_CHAT_FORWARD_PROVIDER_KEY``) instead of the server's own."""
+
+    models: ChatModels
+    offered: tuple[str, ...]
+    forward_provider_key: bool = False
+
+
+@dataclass(frozen=True)
+class ChatTurn:
+    tenant: str
+    thread_id: str
+    model: str
+    messages: Sequence[Mapping[str, Any]]
+    # the app's other request parameters, passed to the model as they are
+    options: Mapping[str, Any] = field(default_factory=dict)
+    resource_id: str | None = None
+    provider_key: str | None = None
+
+
+@dataclass(frozen=True)
+class TurnStatus:
+    """om's view of the thread, for the response headers."""
+
+    version: int
+    pending_tokens: int
+    observation_tokens: int
+    generation: int
+    # how many of the sent messages this turn stored (the rest om held already)
+    appended: int
+
+
+@dataclass(frozen=True)
+class ChatAnswer:
+    body: JSONDict
+    # the thread once the reply is stored
+    status: TurnStatus
+
+
+@dataclass(frozen=True)
+class ChatStreamAnswer:
+    # the model's chunks; once the last is out, the reply is stored
+    chunks: Iterator[JSONDict]
+    # the thread as the model saw it (the reply is stored after the headers are sent)
+    status: TurnStatus
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    call: ChatCall
+    stream_id: str
+    # the id the reply's id is derived from: the last message the app sent
+    last_id: str
+    status: TurnStatus
+
+
+# --- placing the sent history ---------------------------------------------------------------------------
+
+
+def _signature_of_json(stored: Mapping[str, Any]) -> str:
+    parts = [{k: v for k, v in part.items() if k != "createdAt"} for part in stored.get("parts", [])]
+    return canonical_json({"role": stored.get("role"), "parts": parts})
+
+
+def signature(raw: Mapping[str, Any], *, thread_id: str | None = None, max_bytes: int = 1_000_000) -> str:
+    """What a message says, as the history is matched on: its role and parts, not its id or times.
+
+    Raises MessageValidationError for a message om would not accept.
+    """
+    message = normalize_message(raw, now=_SIGNATURE_CLOCK, max_bytes=max_bytes, thread_id=thread_id)
+    return _signature_of_json(message_to_json(message))
+
+
+def derive_message_id(thread_id: str, previous_id: str, message_signature: str) -> str:
+    """The id of a message sent without one: stable for the same content after the same message."""
+    digest = hashlib.sha256(f"{thread_id}\n{previous_id}\n{message_signature}".encode()).hexdigest()
+    return CHAT_ID_PREFIX + digest[:32]
+
+
+def known_prefix(
+    sent: Sequence[tuple[str, str]], stored: Sequence[tuple[str, str]], *, whole_thread: bool
+) -> tuple[int, int]:
+    """How many of the sent messages, from the first, the thread holds already, and the index in
+    ``stored`` right after that run. Both are ``(role, signature)`` lists; ``stored`` is the thread's tail
+    (``whole_thread``: all of it).
+
+    The run ends at the stored end (the app resent the history and added to it), or before replies the app
+    does not show (it lost the answer and retried, or asked for another answer) when it is at least two
+    messages long or starts the thread: a single message repeated later in the conversation is new. When
+    no run fits, a one-message request is new; a longer one om cannot place (an earlier message was edited)
+    brings as new only what follows its last assistant message, so the history is not stored twice.
+    """
+    end = len(stored)
+    ends = [end]
+    for j in range(end - 1, max(end - TRAILING_REPLIES, 0) - 1, -1):
+        if stored[j][0] != "assistant":
+            break
+        ends.append(j)
+    best = (0, end)
+    for j in ends:
+        for k in range(min(len(sent), j), best[0], -1):
+            if list(stored[j - k : j]) == list(sent[:k]):
+                if j == end or k >= 2 or (whole_thread and j == k):
+                    best = (k, j)
+                break
+    if best[0] == 0 and stored and len(sent) > 1:
+        replies = [i for i, (role, _) in enumerate(sent) if role == "assistant"]
+        return (replies[-1] + 1 if replies else 0), end
+    return best
+
+
+# --- the turn -------------------------------------------------------------------------------------------
+
+
+def _check(proxy: ChatProxy, turn: ChatTurn) -> None:
+    if turn.model not in proxy.offered:
+        raise ChatRequestError(
+            404,
+            f"the model {turn.model!r} is not offered by this server (GET /v1/models lists those it is)",
+            code="model_not_found",
+            param="model",
+        )
+    if turn.provider_key is not None and not proxy.forward_provider_key:
+        raise ChatRequestError(
+            400,
+            "this server calls models with its own keys: it does not forward X-OM-Provider-Key "
+            "(OM_CHAT_FORWARD_PROVIDER_KEY)",
+            code="provider_key_not_forwarded",
+        )
+
+
+def _prepare(deps: Deps, proxy: ChatProxy, turn: ChatTurn, render: Render) -> _Prepared:
+    _check(proxy, turn)
+    try:
+        return _place_and_read(deps, turn, render)
+    except MessageValidationError as error:
+        raise ChatRequestError(400, str(error), code="invalid_message", param=error.path) from error
+
+
+def _place_and_read(deps: Deps, turn: ChatTurn, render: Render) -> _Prepared:
+    instructions = [dict(m) for m in turn.messages if m.get("role") in INSTRUCTION_ROLES]
+    conversation = [(i, m) for i, m in enumerate(turn.messages) if m.get("role") not in INSTRUCTION_ROLES]
+    if not conversation:
+        raise ChatRequestError(
+            400,
+            "messages holds no user, assistant or tool message",
+            code="invalid_messages",
+            param="messages",
+        )
+    sent = [_signature_at(raw, index, turn.thread_id, deps.max_message_bytes) for index, raw in conversation]
+    stream_id = record_stream_for(deps, turn.tenant, turn.thread_id, turn.resource_id)
+    limit = len(sent) + TRAILING_REPLIES
+    tail = deps.messages.read_messages(stream_id, thread_id=turn.thread_id, backward=True, limit=limit)
+    known, run_end = known_prefix(sent, [_stored_key(m) for m in tail], whole_thread=len(tail) < limit)
+    # what comes new follows the thread's last message; with nothing new, the reply follows the last sent
+    previous = tail[-1].message_id if tail else ""
+    if known == len(sent):
+        previous = tail[run_end - 1].message_id
+    fresh: list[dict[str, Any]] = []
+    for (_, raw), (_, message_signature) in zip(conversation[known:], sent[known:], strict=True):
+        given = raw.get("id")
+        previous = (
+            given
+            if isinstance(given, str)
+            else derive_message_id(turn.thread_id, previous, message_signature)
+        )
+        fresh.append({**raw, "id": previous})
+    appended = 0
+    if fresh:
+        outcome = append_messages(
+            deps, tenant=turn.tenant, thread_id=turn.thread_id, messages=fresh, resource_id=turn.resource_id
+        )
+        appended = len(outcome.appended)
+    window = read_context(deps, tenant=turn.tenant, thread_id=turn.thread_id, caller_model=turn.model).window
+    call = ChatCall(
+        model=turn.model,
+        messages=[*instructions, *render(window)],
+        options=dict(turn.options),
+        api_key=turn.provider_key,
+    )
+    status = TurnStatus(
+        version=window.version,
+        pending_tokens=window.pending_tokens,
+        observation_tokens=window.observation_tokens,
+        generation=int(window.status.get("generationCount", 0)),
+        appended=appended,
+    )
+    return _Prepared(call=call, stream_id=stream_id, last_id=previous, status=status)
+
+
+def _signature_at(raw: Mapping[str, Any], index: int, thread_id: str, max_bytes: int) -> tuple[str, str]:
+    message = normalize_message(
+        raw, now=_SIGNATURE_CLOCK, max_bytes=max_bytes, thread_id=thread_id, path_prefix=f"messages[{index}]"
+    )
+    return message.role, _signature_of_json(message_to_json(message))
+
+
+def _stored_key(stored: StoredMessage) -> tuple[str, str]:
+    return stored.role, _signature_of_json(stored.message)
+
+
+def _store_reply(
+    deps: Deps, turn: ChatTurn, prepared: _Prepared, reply: dict[str, Any]
+) -> AppendOutcome | None:
+    if not reply.get("content") and not reply.get("tool_calls"):
+        return None
+    raw = {"role": "assistant", **reply, "model": turn.model}
+    reply_id = derive_message_id(
+        turn.thread_id,
+        prepared.last_id,
+        signature(raw, thread_id=turn.thread_id, max_bytes=deps.max_message_bytes),
+    )
+    return append_messages(
+        deps,
+        tenant=turn.tenant,
+        thread_id=turn.thread_id,
+        messages=[{**raw, "id": reply_id}],
+        resource_id=turn.resource_id,
+    )
+
+
+def chat_completion(deps: Deps, proxy: ChatProxy, turn: ChatTurn, render: Render) -> ChatAnswer:
+    """One turn, answered whole: the model's ``chat.completion``, once its reply (choice 0) is stored."""
+    prepared = _prepare(deps, proxy, turn, render)
+    body = proxy.models.chat(prepared.call)
+    choices = body.get("choices") or []
+    message = choices[0].get("message") if choices and isinstance(choices[0], Mapping) else None
+    reply = {k: message.get(k) for k in ("content", "tool_calls")} if isinstance(message, Mapping) else {}
+    outcome = _store_reply(deps, turn, prepared, reply)
+    status = prepared.status
+    if outcome is not None and outcome.state is not None:
+        state = outcome.state
+        status = TurnStatus(
+            version=outcome.version,
+            pending_tokens=state.pending_tokens,
+            observation_tokens=state.observation_tokens,
+            generation=state.generation,
+            appended=status.appended,
+        )
+    return ChatAnswer(body=body, status=status)
+
+
+def chat_completion_stream(deps: Deps, proxy: ChatProxy, turn: ChatTurn, render: Render) -> ChatStreamAnswer:
+    """One turn, streamed: the model's chunks as they come; the reply is stored once the model finished
+    (a stream cut short stores no reply)."""
+    prepared = _prepare(deps, proxy, turn, render)
+    chunks = proxy.models.chat_stream(prepared.call)
+    return ChatStreamAnswer(chunks=_relay(deps, turn, prepared, chunks), status=prepared.status)
+
+
+def _relay(deps: Deps, turn: ChatTurn, prepared: _Prepared, chunks: Iterator[JSONDict]) -> Iterator[JSONDict]:
+    reply = ReplyAssembly()
+    for chunk in chunks:
+        reply.add(chunk)
+        yield chunk
+    if reply.finished:
+        _store_reply(deps, turn, prepared, reply.message())
+
+
+class ReplyAssembly:
+    """Choice 0 of a streamed completion, put back together from its deltas."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finished = False
+
+    def add(self, chunk: Mapping[str, Any]) -> None:
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                self.content.append(delta["content"])
+            for piece in delta.get("tool_calls") or []:
+                call = self.calls.setdefault(
+                    int(piece.get("index", 0)), {"id": None, "type": "function", "name": "", "arguments": ""}
+                )
+                call["id"] = piece.get("id") or call["id"]
+                function = piece.get("function") or {}
+                call["name"] += function.get("name") or ""
+                call["arguments"] += function.get("arguments") or ""
+            if choice.get("finish_reason"):
+                self.finished = True
+
+    def message(self) -> dict[str, Any]:
+        tool_calls = [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for _, c in sorted(self.calls.items())
+        ]
+        return {"content": "".join(self.content) or None, "tool_calls": tool_calls or None}

@@ -30,6 +30,7 @@ BENCHES = {
     "workers": ("bench.workers_bench", "Celery workers: trigger latency, throughput, reads that wait."),
     "read": ("bench.read_bench", "Context read latency beside a writer, by stream length (100 to 100k)."),
     "turn": ("bench.turn_bench", "An agent's turn, 200 ms apart, OM active: three calls, one, in-process."),
+    "real-model": ("bench.real_model_bench", "A real small model as Observer and Reflector: robustness."),
     "quality": (
         "bench.quality_bench",
         "What the local Observer keeps of generated conversations with facts.",

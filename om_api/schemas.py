@@ -69,6 +69,11 @@ class Thread(BaseModel):
     config: dict[str, Any]
     version: int
     updated_at: str | None = None
+    models: dict[str, list[str]] | None = Field(
+        default=None,
+        description="the models the observer and the reflector may call, resolved from the profile and the "
+        "thread's config (one per upTo tier); in the answers of GET and PUT, not in lists",
+    )
 
 
 class MessagesIn(_Body):

@@ -24,7 +24,7 @@ from om_core.domain.config import (
     merge_config_layers,
     parse_memory_config,
 )
-from om_core.domain.thresholds import DEFAULT_MODEL
+from om_core.domain.thresholds import DEFAULT_MODEL, Role, resolve_model
 from om_core.settings import ServerSettings
 
 
@@ -136,11 +136,15 @@ def model_gateway_for(profile: Mapping[str, Any] | None) -> LiteLLMGateway:
 def check_profile_models(profile: Mapping[str, Any] | None) -> None:
     """ModelConfigurationError when a model the profile can call has no API key in the environment: what
     every process that runs model work checks at start."""
-    check_model_credentials(configured_models(parse_memory_config(profile or {})))
+    config = parse_memory_config(profile or {})
+    check_model_credentials(
+        [model for option, model in model_options(config) if _served_at(config, option, model) is None]
+    )
 
 
 def configured_models(config: MemoryConfig) -> list[str]:
-    """Every model the profile can call: each role's model, every ModelByInputTokens tier, the embedder."""
+    """Every model the profile can call: each role's model, every ModelByInputTokens tier and model-list
+    entry, the embedder."""
     return list(dict.fromkeys(model for _, model in model_options(config)))
 
 
@@ -148,6 +152,8 @@ def model_options(config: MemoryConfig) -> list[tuple[str, str]]:
     """Every model a configuration can call, with the option that names it (``observation.model``,
     ``model.upTo.8000``, ``retrieval.embedder``; ``model`` for the default model when no role names one)."""
     found: list[tuple[str, str]] = []
+    if not config.enabled:
+        return found  # OM turned off calls no model
     for option, spec in (
         ("model", config.model),
         ("observation.model", config.observation.model),
@@ -155,6 +161,8 @@ def model_options(config: MemoryConfig) -> list[tuple[str, str]]:
     ):
         if isinstance(spec, ModelByInputTokens):
             found.extend((f"{option}.upTo.{bound}", model) for bound, model in spec.up_to.items())
+        elif isinstance(spec, tuple):
+            found.extend((f"{option}[{i}].model", e.model) for i, e in enumerate(spec) if e.enabled)
         elif isinstance(spec, str):
             found.append((option, spec))
     if config.model is None and config.observation.model is None and config.reflection.model is None:
@@ -196,8 +204,30 @@ def _keyless(
     return [
         (option, model, needed)
         for option, model in model_options(config)
-        if (needed := missing_api_key(model, environ))
+        if (needed := missing_api_key(model, environ, api_base=_served_at(config, option, model)))
     ]
+
+
+def _served_at(config: MemoryConfig, option: str, model: str) -> str | None:
+    """The ``modelSettings.apiBase`` the calls to ``model`` go to when every role that calls it names one;
+    None when any call goes to the provider itself (the embedder's always do)."""
+    if option == "retrieval.embedder":
+        return None
+    callers: tuple[tuple[Role, str | None], ...] = (
+        ("observer", config.observation.model_settings.api_base),
+        ("reflector", config.reflection.model_settings.api_base),
+    )
+    bases = [base for role, base in callers if model in _role_models(config, role)]
+    return bases[0] if bases and all(bases) else None
+
+
+def _role_models(config: MemoryConfig, role: Role) -> set[str]:
+    """Every model a role's calls can go to: its model, or one per ModelByInputTokens tier."""
+    bounds = {1}
+    for spec in (config.model, config.observation.model, config.reflection.model):
+        if isinstance(spec, ModelByInputTokens):
+            bounds.update(spec.up_to)
+    return {resolve_model(config, role, bound) for bound in bounds}
 
 
 def retry_policy(config: MemoryConfig) -> RetryPolicy:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import queue
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -30,8 +33,10 @@ def publish(app: Celery, task_name: str, queue: str, key: str, payload: JSONDict
 class CeleryDispatcher(WorkDispatcher):
     """Publishes after commit; marks outbox rows published only once the broker accepted them.
 
-    Never raises into the caller: the append already succeeded, and a request the broker refused stays in
-    the outbox for the relay (beat) to publish later.
+    Never raises into the caller, and never makes it wait: the requests go to one publisher thread, so
+    the broker's round trip and the outbox update are not part of the append or read that asked for the
+    work (a turn's critical path). The thread publishes in order. A request the broker refused, or one
+    still queued when the process stops, stays in the outbox for the relay (beat) to publish later.
     """
 
     runs_inline = False
@@ -39,11 +44,32 @@ class CeleryDispatcher(WorkDispatcher):
     def __init__(self, app: Celery, outbox: Outbox | None = None) -> None:
         self.app = app
         self._outbox = outbox
+        self._queue: queue.SimpleQueue[Sequence[TaskRequest]] = queue.SimpleQueue()
+        # (pid, thread): a prefork child inherits the object but not the thread, so it starts its own
+        self._publisher: tuple[int, threading.Thread] | None = None
+        self._started = threading.Lock()
 
     def bind(self, outbox: Outbox) -> None:
         self._outbox = outbox
 
     def dispatch(self, tasks: Sequence[TaskRequest]) -> None:
+        pid = os.getpid()
+        if self._publisher is None or self._publisher[0] != pid:
+            with self._started:
+                if self._publisher is None or self._publisher[0] != pid:
+                    self._queue = queue.SimpleQueue()
+                    thread = threading.Thread(target=self._publish_forever, name="om-publish", daemon=True)
+                    thread.start()
+                    self._publisher = (pid, thread)
+        self._queue.put(list(tasks))
+
+    def _publish_forever(self) -> None:
+        requests = self._queue
+        while True:
+            self._publish(requests.get())
+
+    def _publish(self, tasks: Sequence[TaskRequest]) -> None:
+        """Publish ``tasks``, then mark what the broker accepted."""
         published: list[str] = []
         for task in tasks:
             try:

@@ -311,17 +311,27 @@ def om_beat_process(name: str, env: dict[str, str], log_dir: Path) -> CeleryProc
 
 @contextlib.contextmanager
 def deployment(
-    database_url: str, profile: Path, scratch: Path, api_keys: Mapping[str, str], *, worker: str = "bench"
+    database_url: str,
+    profile: Path,
+    scratch: Path,
+    api_keys: Mapping[str, str],
+    *,
+    worker: str = "bench",
+    extra_env: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[str, str]]:
     """The deployed shape: ``om serve`` and one ``om worker`` (concurrency 2) on a private
     ``redis-server``, over ``database_url``; yields the server's base URL and the worker's metrics URL.
-    Logs go to ``scratch`` (``server.log``, ``<worker>.log``)."""
+    ``extra_env`` adds ``OM_*`` settings to both. Logs go to ``scratch`` (``server.log``,
+    ``<worker>.log``)."""
     broker = RedisServer(free_port())
     broker.start()
     try:
         keys = ",".join(f"{key}={tenant}" for key, tenant in api_keys.items())
         env = process_env(
-            database_url=database_url, broker_url=broker.url, profile=profile, extra={"OM_API_KEYS": keys}
+            database_url=database_url,
+            broker_url=broker.url,
+            profile=profile,
+            extra={"OM_API_KEYS": keys, **(extra_env or {})},
         )
         metrics_port = free_port()
         # prefork runs tasks in child processes: with a multiprocess directory the worker's metrics server

@@ -37,6 +37,7 @@ from om_api.schemas import (
 )
 from om_api.sse import event_stream
 from om_core.application.append import AppendOutcome, append_messages, configure_thread
+from om_core.application.configuration import record_config
 from om_core.application.context import ContextRead, read_context
 from om_core.application.deps import Deps
 from om_core.application.erase import erase_thread
@@ -54,6 +55,7 @@ from om_core.application.threads import (
     threads_of,
 )
 from om_core.application.turn import take_turn
+from om_core.application.working_memory import read_working_memory
 
 router = APIRouter(prefix="/v1/threads", tags=["threads"])
 
@@ -80,6 +82,7 @@ def _thread_json(view: ThreadView) -> dict[str, Any]:
         "metadata": view.metadata,
         "config": view.config,
         "version": view.version,
+        "models": view.models,
     }
 
 
@@ -137,7 +140,7 @@ def put_thread(
         metadata=body.metadata,
         config=body.config,
     )
-    return _thread_json(ThreadView.of(state, thread_id))
+    return _thread_json(ThreadView.of(state, thread_id, record_config(deps.profile, state)))
 
 
 @router.get("/{thread_id}", response_model=Thread, responses=_ERRORS, summary="a thread")
@@ -152,9 +155,22 @@ def delete_thread(thread_id: ThreadId, deps: DepsDep, tenant: Tenant) -> Respons
 
 
 @router.post("/{thread_id}/messages", response_model=AppendOut, responses=_ERRORS, summary="append messages")
-def post_messages(thread_id: ThreadId, body: MessagesIn, deps: DepsDep, tenant: Tenant) -> Response:
+def post_messages(
+    thread_id: ThreadId,
+    body: MessagesIn,
+    deps: DepsDep,
+    tenant: Tenant,
+    model: Annotated[
+        str | None, Query(max_length=200, description="the caller's model (image and file token counts)")
+    ] = None,
+) -> Response:
     outcome = append_messages(
-        deps, tenant=tenant, thread_id=thread_id, messages=body.messages, resource_id=body.resource_id
+        deps,
+        tenant=tenant,
+        thread_id=thread_id,
+        messages=body.messages,
+        resource_id=body.resource_id,
+        caller_model=model,
     )
     parts = append_parts(deps, outcome)
     return json_response(
@@ -173,6 +189,22 @@ def _appended_json(outcome: AppendOutcome) -> list[dict[str, Any]]:
     return [{"message_id": a.message_id, "seq": a.seq, "tokens": a.tokens} for a in outcome.appended]
 
 
+# the caller's providerOptions.openai.promptCacheRetention, which activateAfterIdle "auto" follows
+CallerModel = Annotated[
+    str | None, Query(max_length=200, description="the caller's model (provider change, TTL, token counts)")
+]
+ContextFormat = Annotated[Literal["om", "openai"], Query(description="openai: a chat-completions list")]
+Wait = Annotated[bool, Query(description="false: never block on synchronous work")]
+CacheRetention = Annotated[
+    Literal["in_memory", "24h"] | None,
+    Query(description='the caller\'s OpenAI promptCacheRetention ("auto" idle TTL)'),
+]
+
+
+def _caller_provider_options(retention: str | None) -> dict[str, Any] | None:
+    return None if retention is None else {"openai": {"promptCacheRetention": retention}}
+
+
 @router.get(
     "/{thread_id}/context",
     response_model=ContextOut | OpenAIContextOut,
@@ -183,19 +215,24 @@ def get_thread_context(
     thread_id: ThreadId,
     deps: DepsDep,
     tenant: Tenant,
-    model: Annotated[
-        str | None, Query(max_length=200, description="the caller's model (provider change, TTL)")
-    ] = None,
-    format: Annotated[Literal["om", "openai"], Query(description="openai: a chat-completions list")] = "om",
+    model: CallerModel = None,
+    format: ContextFormat = "om",
     at_version: Annotated[
         int | None, Query(ge=1, le=2**53, description="time travel: as of version N")
     ] = None,
-    wait: Annotated[bool, Query(description="false: never block on synchronous work")] = True,
+    wait: Wait = True,
+    prompt_cache_retention: CacheRetention = None,
 ) -> Response:
     if at_version is not None:
         _within_stream(deps, tenant, thread_id, at_version)
     read = read_context(
-        deps, tenant=tenant, thread_id=thread_id, caller_model=model, at_version=at_version, wait=wait
+        deps,
+        tenant=tenant,
+        thread_id=thread_id,
+        caller_model=model,
+        at_version=at_version,
+        wait=wait,
+        caller_provider_options=_caller_provider_options(prompt_cache_retention),
     )
     return _context_answer(deps, thread_id, read, format)
 
@@ -211,11 +248,10 @@ def post_turn(
     body: MessagesIn,
     deps: DepsDep,
     tenant: Tenant,
-    model: Annotated[
-        str | None, Query(max_length=200, description="the caller's model (provider change, TTL)")
-    ] = None,
-    format: Annotated[Literal["om", "openai"], Query(description="openai: a chat-completions list")] = "om",
-    wait: Annotated[bool, Query(description="false: never block on synchronous work")] = True,
+    model: CallerModel = None,
+    format: ContextFormat = "om",
+    wait: Wait = True,
+    prompt_cache_retention: CacheRetention = None,
 ) -> Response:
     turn = take_turn(
         deps,
@@ -225,6 +261,7 @@ def post_turn(
         resource_id=body.resource_id,
         caller_model=model,
         wait=wait,
+        caller_provider_options=_caller_provider_options(prompt_cache_retention),
     )
     appended = turn.appended
     # the append's parts without its status: the read's status closes the list
@@ -281,6 +318,16 @@ def _context_answer(
 )
 def get_status(thread_id: ThreadId, deps: DepsDep, tenant: Tenant) -> dict[str, Any]:
     return record_status(deps, tenant=tenant, thread_id=thread_id)
+
+
+@router.get(
+    "/{thread_id}/working-memory",
+    response_model=dict[str, Any],
+    responses=_ERRORS,
+    summary="the working-memory document the Observer keeps",
+)
+def get_working_memory(thread_id: ThreadId, deps: DepsDep, tenant: Tenant) -> dict[str, Any]:
+    return read_working_memory(deps, tenant=tenant, thread_id=thread_id).to_json()
 
 
 @router.get("/{thread_id}/events", response_model=EventsOut, responses=_ERRORS, summary="replay the stream")

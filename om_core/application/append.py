@@ -14,6 +14,7 @@ from om_core.application.ports import DuplicateMessageError, MessageConflictErro
 from om_core.application.repository import load_state
 from om_core.application.streams import record_stream_for, thread_stream_id
 from om_core.application.unit_of_work import Plan, commit, retry_on_conflict
+from om_core.domain import thresholds
 from om_core.domain.config import ConfigError, merge_config_layers, parse_memory_config
 from om_core.domain.dates import temporal_gap_marker
 from om_core.domain.events import DomainEvent, MessageAppended, TemporalMarkerInserted, ThreadConfigured
@@ -95,8 +96,13 @@ def append_messages(
     thread_id: str,
     messages: Sequence[Mapping[str, Any]],
     resource_id: str | None = None,
+    caller_model: str | None = None,
 ) -> AppendOutcome:
     """Append messages to a thread: count their tokens once, and let the policy react in the same commit.
+
+    Images and files are counted with the heuristics of the provider that will read them: the caller's
+    model when it says (``caller_model``), else the message's own model, else the thread's last assistant
+    model; OpenAI's when none is known (docs/semantics.md, Counting tokens).
 
     Every message is validated before anything is stored, so a bad one rejects the whole request.
     Message ids are idempotency keys: a re-sent message with the same content is reported as a duplicate;
@@ -144,7 +150,15 @@ def append_messages(
         for message, digest in fresh:
             if config.temporal_markers and message.role == "user":
                 _add_gap_marker(plan, message, counter.count_text)
-            tokens = counter.count_message(message)
+            # images and files are priced by the provider the message will be sent to: the caller's model,
+            # the message's, the thread's last assistant model, else the provider the profile observes with
+            reader = (
+                caller_model
+                or message.model
+                or plan.state.last_assistant_model
+                or thresholds.resolve_model(config, "observer", 0)
+            )
+            tokens = counter_for(config, reader).count_message(message)
             seq = plan.state.next_seq
             plan.add(
                 MessageAppended(
@@ -207,6 +221,13 @@ def _check_thread_overrides(deps: Deps, config: Mapping[str, Any]) -> None:
     if "webhooks" in config:
         # a client choosing where the service sends requests could point it at any address it can reach
         raise ConfigError("webhooks", "…", "is set by the server profile, not per thread")
+    for role, section in merge_config_layers(config).items():
+        settings = section.get("modelSettings") if isinstance(section, dict) else None
+        if isinstance(settings, dict) and "apiBase" in settings:
+            # as with webhooks: the calls would take the server's API key to an address the client chose
+            raise ConfigError(
+                f"{role}.modelSettings.apiBase", "…", "is set by the server profile, not per thread"
+            )
     if profile_scope(deps.profile) == "resource" and config:
         raise ConfigError(
             "config",

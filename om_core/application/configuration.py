@@ -9,7 +9,7 @@ from typing import Any
 
 from om_core.domain.config import MemoryConfig, merge_config_layers, parse_memory_config
 from om_core.domain.state import RecordState
-from om_core.domain.tokens import TokenCounter, make_tokenizer
+from om_core.domain.tokens import TokenCounter, Tokenizer, make_tokenizer
 
 
 def profile_scope(profile: Mapping[str, Any]) -> str:
@@ -28,9 +28,16 @@ def record_config(profile: Mapping[str, Any], state: RecordState) -> MemoryConfi
 
 
 @lru_cache(maxsize=16)
-def token_counter(tokenizer_spec: str) -> TokenCounter:
-    return TokenCounter(make_tokenizer(tokenizer_spec))
+def _tokenizer(tokenizer_spec: str) -> Tokenizer:
+    return make_tokenizer(tokenizer_spec)
 
 
-def counter_for(config: MemoryConfig) -> TokenCounter:
-    return token_counter(config.tokenizer)
+@lru_cache(maxsize=64)
+def token_counter(tokenizer_spec: str, provider_model: str | None = None) -> TokenCounter:
+    return TokenCounter(_tokenizer(tokenizer_spec), provider_model)
+
+
+def counter_for(config: MemoryConfig, model: str | None = None) -> TokenCounter:
+    """The configured tokenizer, pricing images and files for ``model``'s provider (OpenAI's prices when
+    ``None`` or unknown): the model the counted messages will be sent to."""
+    return token_counter(config.tokenizer, model)

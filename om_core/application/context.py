@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from om_core.application.configuration import record_config
 from om_core.application.decisions import plan_decisions
@@ -50,6 +52,7 @@ def get_context(
     caller_model: str | None = None,
     at_version: int | None = None,
     wait: bool = True,
+    caller_provider_options: Mapping[str, Any] | None = None,
 ) -> ContextWindow:
     """The context window to send to the agent's model.
 
@@ -59,7 +62,13 @@ def get_context(
     ``at_version`` is time travel: a fresh fold of the first N events, with no side effects.
     """
     return read_context(
-        deps, tenant=tenant, thread_id=thread_id, caller_model=caller_model, at_version=at_version, wait=wait
+        deps,
+        tenant=tenant,
+        thread_id=thread_id,
+        caller_model=caller_model,
+        at_version=at_version,
+        wait=wait,
+        caller_provider_options=caller_provider_options,
     ).window
 
 
@@ -80,11 +89,14 @@ def read_context(
     at_version: int | None = None,
     wait: bool = True,
     start: RecordState | None = None,
+    caller_provider_options: Mapping[str, Any] | None = None,
 ) -> ContextRead:
     """``get_context``, also returning the state the read started from (None for time travel).
 
     ``start`` is a state the caller itself just committed (a turn's append): the read begins from it
     instead of reading the record, as if it had come a moment earlier than any later writer.
+    ``caller_model`` and ``caller_provider_options`` are what the caller sends its own model: an
+    ``activateAfterIdle: "auto"`` TTL follows them.
     """
     try:
         stream_id = record_stream_for(deps, tenant, thread_id)
@@ -96,7 +108,7 @@ def read_context(
             raise RecordNotFoundError(stream_id)
         config = record_config(deps.profile, state)
         return ContextRead(build_context(state, config, deps.clock(), thread_id=thread_id), stream_id, None)
-    state, found = _settle(deps, stream_id, thread_id, caller_model, wait, start)
+    state, found = _settle(deps, stream_id, thread_id, caller_model, wait, start, caller_provider_options)
     config = record_config(deps.profile, state)
     window = build_context(state, config, deps.clock(), thread_id=thread_id)
     return ContextRead(_with_calls(_with_warning(window, wait), found, state), stream_id, found)
@@ -119,6 +131,7 @@ def _settle(
     caller_model: str | None,
     wait: bool,
     start: RecordState | None,
+    caller_provider_options: Mapping[str, Any] | None = None,
 ) -> tuple[RecordState, RecordState]:
     """The record once no synchronous work is due, and the record as this read first found it."""
     failed_rounds = 0
@@ -141,6 +154,7 @@ def _settle(
             mode="read" if wait else "work",
             caller_model=caller_model,
             reader_thread=thread_id,
+            caller_provider_options=caller_provider_options,
         )
         try:
             commit(deps, plan)

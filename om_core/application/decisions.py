@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from om_core.application.configuration import counter_for
 from om_core.application.task_requests import (
@@ -76,13 +78,20 @@ def plan_decisions(
     mode: policy.Mode,
     caller_model: str | None = None,
     reader_thread: str | None = None,
+    caller_provider_options: Mapping[str, Any] | None = None,
 ) -> Plan:
     """Turn policy decisions into events until the policy is satisfied or needs a model synchronously."""
     counter = counter_for(config)
     stamp = format_time(now)
     while plan.sync_cycle is None:
         decision = policy.next_decision(
-            plan.state, config, now, mode=mode, caller_model=caller_model, reader_thread=reader_thread
+            plan.state,
+            config,
+            now,
+            mode=mode,
+            caller_model=caller_model,
+            reader_thread=reader_thread,
+            caller_provider_options=caller_provider_options,
         )
         if decision is None:
             break

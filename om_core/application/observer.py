@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from om_core.application.configuration import counter_for
@@ -17,8 +18,9 @@ from om_core.application.ports import (
     ModelResponse,
 )
 from om_core.domain import thresholds
+from om_core.domain.attachments import forwarded_attachments
 from om_core.domain.config import Extractor, MemoryConfig
-from om_core.domain.events import UNRECORDED_USAGE, Usage
+from om_core.domain.events import UNRECORDED_USAGE, AnswerVerdict, Usage
 from om_core.domain.message_input import message_from_json
 from om_core.domain.observation_log import (
     TruncationResult,
@@ -27,14 +29,21 @@ from om_core.domain.observation_log import (
     wrap_observation_group,
 )
 from om_core.domain.observer_output import (
+    WORKING_MEMORY_TAG,
     ObserverOutput,
     ThreadObservations,
+    answer_verdict,
     detect_degenerate_repetition,
     parse_json_reply,
     parse_observer_output,
     validate_extracted_value,
 )
-from om_core.domain.prompts import ExtractorSpec, build_extractor_request, build_observer_request
+from om_core.domain.prompts import (
+    ExtractorSpec,
+    WorkingMemorySpec,
+    build_extractor_request,
+    build_observer_request,
+)
 from om_core.domain.state import RecordState, WindowMessage
 from om_core.domain.transcript import (
     TranscriptResult,
@@ -68,6 +77,8 @@ class ObservationResult:
     extracted: dict[str, Any]
     extraction_failures: dict[str, Any]
     usage: Usage
+    # the whole updated working-memory document; None when the Observer did not change it
+    working_memory: str | None = None
 
 
 @dataclass
@@ -80,6 +91,7 @@ class UsageTally:
     cost_usd: float | None = None
     latency_ms: float = 0.0
     calls: int = 0
+    verdicts: list[AnswerVerdict] = field(default_factory=list)
 
     def add(self, response: ModelResponse) -> None:
         self.model = response.model
@@ -105,6 +117,7 @@ class UsageTally:
             cost_usd=self.cost_usd,
             latency_ms=round(self.latency_ms, 3),
             calls=max(self.calls, 1),
+            verdicts=tuple(self.verdicts),
         )
 
     def failure_usage(self) -> Usage:
@@ -127,7 +140,7 @@ def tallied_complete(models: ModelGateway, request: ModelRequest, tally: UsageTa
 def extractor_specs(extractors: Sequence[Extractor]) -> list[ExtractorSpec]:
     return [
         ExtractorSpec(
-            slug=e.name,
+            slug=e.slug,
             name=e.name,
             instructions=e.instructions,
             schema=e.schema_,
@@ -135,6 +148,35 @@ def extractor_specs(extractors: Sequence[Extractor]) -> list[ExtractorSpec]:
         )
         for e in extractors
     ]
+
+
+def working_memory_spec(config: MemoryConfig, state: RecordState) -> WorkingMemorySpec | None:
+    """What the Observer is told about the working-memory document, when it keeps one."""
+    settings = config.working_memory
+    if not (config.observation.manage_working_memory and settings.enabled):
+        return None
+    if settings.schema_ is not None:
+        return WorkingMemorySpec(schema=settings.schema_, current=state.working_memory)
+    return WorkingMemorySpec(template=settings.document_template, current=state.working_memory)
+
+
+def _checked_working_memory(
+    text: str | None, spec: WorkingMemorySpec | None
+) -> tuple[str | None, str | None]:
+    """(the document to store, why the update was refused): with a schema the update must be a JSON
+    object within it, as Mastra checks it before saving; a refused update leaves the document as it was."""
+    if text is None or spec is None or spec.schema is None:
+        return text, None
+    try:
+        value = parse_json_reply(text)
+    except ValueError as exc:
+        return None, f"the working memory update is not JSON: {exc}"
+    if value is None:
+        return None, None
+    problems = validate_extracted_value(value, spec.schema)
+    if problems:
+        return None, f"the working memory update lies outside its schema: {'; '.join(problems)}"
+    return json.dumps(value, ensure_ascii=False), None
 
 
 def previous_observations(state: RecordState, *, include_chunks: bool) -> str:
@@ -187,8 +229,11 @@ def _observe(
         counter.count_text,
     )
     specs = extractor_specs(config.observation.extract)
+    document = working_memory_spec(config, state)
     if config.scope == "resource":
-        parsed, transcript_text = _observe_threads(models, state, config, messages, previous, specs, tally)
+        parsed, transcript_text = _observe_threads(
+            models, state, config, messages, previous, specs, tally, document
+        )
     else:
         transcript = format_transcript(
             [message_from_json(m.message) for m in messages],
@@ -206,28 +251,26 @@ def _observe(
             specs,
             tally,
             multi_thread=False,
+            working_memory=document,
         )
     model = thresholds.resolve_model(config, "observer", sum(m.tokens for m in messages))
     extracted = dict(parsed.extracted)
     failures: dict[str, Any] = {}
-    for spec in specs:
-        if spec.inline:
-            continue
-        try:
-            extracted[spec.slug] = run_schema_extractor(
-                models,
-                config,
-                model,
-                spec,
-                role="observer",
-                observations=parsed.observations,
-                transcript=transcript_text,
-                previous=state.extracted,
-                tally=tally,
-            )
-        except (ModelError, ModelConfigurationError, ValueError) as exc:
-            # one extractor failing never discards the observations or the other extractors
-            failures[spec.slug] = str(exc)
+    working_memory, refused = _checked_working_memory(parsed.working_memory, document)
+    if refused is not None:
+        failures[WORKING_MEMORY_TAG] = refused
+    run_schema_extractors(
+        models,
+        config,
+        model,
+        specs,
+        role="observer",
+        observations=parsed.observations,
+        transcript=transcript_text,
+        previous=state.extracted,
+        tally=tally,
+        into=(extracted, failures),
+    )
     observations = parsed.observations.strip()
     if observations and config.retrieval is not None:
         visible = [m for m in messages if m.kind == "message"] or list(messages)
@@ -247,6 +290,7 @@ def _observe(
         extracted=extracted,
         extraction_failures=failures,
         usage=tally.usage(),
+        working_memory=working_memory,
     )
 
 
@@ -261,13 +305,18 @@ def _call_observer(
     tally: UsageTally,
     *,
     multi_thread: bool,
+    working_memory: WorkingMemorySpec | None = None,
 ) -> ObserverOutput:
     """One Observer call. An answer that is degenerate or holds no observation is a failed attempt: asked
     once more, then the cycle fails, so the messages stay unobserved rather than leave the window with
     nothing written for them. A transcript with nothing in it (only data parts, say) is not sent at all."""
     if not transcript.text.strip():
         return ObserverOutput("")
-    forward_attachments = config.observation.observe_attachments is not False
+    forwarded = forwarded_attachments(
+        config.observation.observe_attachments,
+        transcript.attachments,
+        thresholds.resolve_model(config, "observer", input_tokens),
+    )
     request = build_observer_request(
         transcript.text,
         previous_observations=previous.text,
@@ -281,7 +330,8 @@ def _call_observer(
         prior_values=state.extracted,
         multi_thread=multi_thread,
         instruction=config.observation.instruction,
-        attachments=transcript.attachments if forward_attachments else (),
+        attachments=forwarded,
+        working_memory=working_memory,
     )
     model = thresholds.resolve_model(config, "observer", input_tokens)
     unusable: list[str] = []
@@ -303,6 +353,7 @@ def _call_observer(
             # cycle that failurePolicy answers for, not an error of the service
             raise ObserverFailedError(f"the Observer ({model}) cannot be called: {exc}", tally.calls) from exc
         if detect_degenerate_repetition(response.text):
+            tally.verdicts.append("degenerate")
             unusable.append("degenerate repetition")
             continue
         parsed = parse_observer_output(
@@ -310,7 +361,9 @@ def _call_observer(
             inline_extractors=[s.slug for s in specs if s.inline],
             thread_title_enabled=config.observation.thread_title and not multi_thread,
             multi_thread=multi_thread,
+            working_memory=working_memory is not None,
         )
+        tally.verdicts.append(answer_verdict(response.text, parsed))
         if not _observed_anything(parsed):
             unusable.append("no observations")
             continue
@@ -360,6 +413,7 @@ def _observe_threads(
     previous: TruncationResult,
     specs: list[ExtractorSpec],
     tally: UsageTally,
+    working_memory: WorkingMemorySpec | None = None,
 ) -> tuple[ObserverOutput, str]:
     counter = counter_for(config)
     shown = {
@@ -370,7 +424,9 @@ def _observe_threads(
     }
     batches = thread_batches(messages, config.observation.max_tokens_per_batch)
 
-    def observe(batch: list[tuple[str, list[WindowMessage]]]) -> tuple[ObserverOutput, str]:
+    def observe(
+        batch: list[tuple[str, list[WindowMessage]]], document: WorkingMemorySpec | None = working_memory
+    ) -> tuple[ObserverOutput, str]:
         transcript = format_multi_thread_transcript(
             [(shown[thread], [message_from_json(m.message) for m in items]) for thread, items in batch],
             gap_markers=config.temporal_markers,
@@ -378,12 +434,31 @@ def _observe_threads(
         )
         tokens = sum(m.tokens for _, items in batch for m in items)
         output = _call_observer(
-            models, state, config, transcript, tokens, previous, specs, tally, multi_thread=True
+            models,
+            state,
+            config,
+            transcript,
+            tokens,
+            previous,
+            specs,
+            tally,
+            multi_thread=True,
+            working_memory=document,
         )
         return output, transcript.text
 
-    with ThreadPoolExecutor(max_workers=min(len(batches), MAX_PARALLEL_BATCHES)) as pool:
-        results = list(pool.map(observe, batches))
+    if working_memory is not None and len(batches) > 1:
+        # every update is the whole document: batches run one after another, each from the last one's
+        results = []
+        document = working_memory
+        for batch in batches:
+            output, text = observe(batch, document)
+            if output.working_memory is not None:
+                document = replace(document, current=output.working_memory)
+            results.append((output, text))
+    else:
+        with ThreadPoolExecutor(max_workers=min(len(batches), MAX_PARALLEL_BATCHES)) as pool:
+            results = list(pool.map(observe, batches))
     sections: list[str] = []
     hints: dict[str, ThreadObservations] = {}
     for output, _ in results:
@@ -399,8 +474,46 @@ def _observe_threads(
         current_task=latest.current_task if latest else None,
         suggested_response=latest.suggested_response if latest else None,
         extracted={k: v for output, _ in results for k, v in output.extracted.items()},
+        working_memory=next(
+            (o.working_memory for o, _ in reversed(results) if o.working_memory is not None), None
+        ),
     )
     return combined, "\n\n".join(text for _, text in results)
+
+
+def run_schema_extractors(
+    models: ModelGateway,
+    config: MemoryConfig,
+    model: str,
+    specs: Sequence[ExtractorSpec],
+    *,
+    role: thresholds.Role,
+    observations: str,
+    transcript: str | None,
+    previous: Mapping[str, Any],
+    tally: UsageTally,
+    into: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
+    """Each schema extractor's call, its value or its failure added to ``into`` (values, failures): one
+    extractor failing never discards the observations, the reflection or the other extractors."""
+    values, failures = into
+    for spec in specs:
+        if spec.inline:
+            continue
+        try:
+            values[spec.slug] = run_schema_extractor(
+                models,
+                config,
+                model,
+                spec,
+                role=role,
+                observations=observations,
+                transcript=transcript,
+                previous=previous,
+                tally=tally,
+            )
+        except (ModelError, ModelConfigurationError, ValueError) as exc:
+            failures[spec.slug] = str(exc)
 
 
 def run_schema_extractor(
@@ -452,7 +565,16 @@ def run_schema_extractor(
 
 
 def _settings(config: MemoryConfig, role: thresholds.Role) -> dict[str, Any]:
-    """The call's settings, with the configured retry bound for transient errors (``modelRetry``)."""
+    """The call's settings, with the retry bound for transient errors (``modelRetry``, or the model list
+    entry's ``maxRetries``) and, for a model list, the models to fall back on (``fallbacks``)."""
     settings = thresholds.resolve_model_settings(config, role).model_dump(exclude_none=True)
-    settings["max_retries"] = config.model_retry.max_retries
+    # a model list does not depend on the input's size, so any size gives its route
+    first, *rest = thresholds.resolve_model_route(config, role, 0)
+    default_retries = config.model_retry.max_retries
+    settings["max_retries"] = default_retries if first.max_retries is None else first.max_retries
+    if rest:
+        settings["fallbacks"] = [
+            {"model": c.model, "maxRetries": default_retries if c.max_retries is None else c.max_retries}
+            for c in rest
+        ]
     return settings

@@ -13,7 +13,7 @@ from om_core.application.observer import (
     UsageTally,
     _settings,
     extractor_specs,
-    run_schema_extractor,
+    run_schema_extractors,
     tallied_complete,
 )
 from om_core.application.ports import ModelConfigurationError, ModelError, ModelGateway, ModelRequest
@@ -22,6 +22,7 @@ from om_core.domain.config import MemoryConfig
 from om_core.domain.events import UNRECORDED_USAGE, Usage
 from om_core.domain.observation_log import observation_group_id, strip_group_tags, wrap_observation_group
 from om_core.domain.observer_output import (
+    answer_verdict,
     detect_degenerate_repetition,
     parse_observer_output,
     validate_compression,
@@ -48,6 +49,9 @@ class ReflectionResult:
     # reflection.extract values by name: inline ones from the committed answer, schema ones from their call
     extracted: dict[str, Any] = field(default_factory=dict)
     extraction_failures: dict[str, Any] = field(default_factory=dict)
+    # reflection.continuationHints: a synchronous reflection's suggested response (its current task is
+    # ignored, as Mastra ignores it: the Observer's, from the newest messages, is the better one)
+    suggested_response: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class _Candidate:
     text: str
     extracted: Mapping[str, str]
     failures: Mapping[str, str]
+    suggested_response: str | None
 
 
 def reflect_observations(
@@ -125,6 +130,7 @@ def _reflect(
             extractors=specs,
             prior_values=prior_values,
             buffered=buffered,
+            continuation_hints=config.reflection.continuation_hints,
         )
         try:
             response = tallied_complete(
@@ -142,6 +148,7 @@ def _reflect(
             # accepted while the model could be called (its key was set then): a failed cycle, not a crash
             raise ReflectorFailedError(f"the Reflector ({model}) cannot be called: {exc}", levels) from exc
         if detect_degenerate_repetition(response.text):
+            tally.verdicts.append("degenerate")
             continue
         parsed = parse_observer_output(
             response.text,
@@ -150,12 +157,19 @@ def _reflect(
             multi_thread=False,
             reflector=True,
         )
+        tally.verdicts.append(answer_verdict(response.text, parsed))
         text = parsed.observations.strip()
         if not text:
             continue
         tokens = counter.count_text(text)
         if best is None or tokens < best.tokens:
-            best = _Candidate(tokens, text, parsed.extracted, parsed.extraction_failures)
+            best = _Candidate(
+                tokens,
+                text,
+                parsed.extracted,
+                parsed.extraction_failures,
+                parsed.suggested_response,
+            )
         if validate_compression(tokens, target_tokens):
             break
     if best is None:
@@ -165,23 +179,18 @@ def _reflect(
     tokens, text = best.tokens, best.text
     extracted: dict[str, Any] = dict(best.extracted)
     failures: dict[str, Any] = dict(best.failures)
-    for spec in specs:
-        if spec.inline:
-            continue
-        try:
-            extracted[spec.slug] = run_schema_extractor(
-                models,
-                config,
-                model,
-                spec,
-                role="reflector",
-                observations=text,
-                transcript=None,
-                previous=prior_values,
-                tally=tally,
-            )
-        except (ModelError, ModelConfigurationError, ValueError) as exc:
-            failures[spec.slug] = str(exc)
+    run_schema_extractors(
+        models,
+        config,
+        model,
+        specs,
+        role="reflector",
+        observations=text,
+        transcript=None,
+        previous=prior_values,
+        tally=tally,
+        into=(extracted, failures),
+    )
     if config.retrieval is not None:
         text = _as_reflection_group(text, observations)
         tokens = counter.count_text(text)
@@ -193,6 +202,7 @@ def _reflect(
         usage=tally.usage(),
         extracted=extracted,
         extraction_failures=failures,
+        suggested_response=best.suggested_response,
     )
 
 

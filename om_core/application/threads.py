@@ -20,14 +20,16 @@ from om_core.application.streams import (
     record_stream_for,
     thread_stream_id,
 )
+from om_core.domain.config import MemoryConfig, ModelByInputTokens
 from om_core.domain.context import build_status, om_metadata
 from om_core.domain.state import RecordState
+from om_core.domain.thresholds import Role, resolve_model_route
 
 
 @dataclass(frozen=True)
 class ThreadView:
     """A thread's own fields; ``metadata`` carries the memory's state under ``mastra.om`` when asked for,
-    where Mastra's clients read it."""
+    where Mastra's clients read it. ``models``: the models each role may call (``role_models``)."""
 
     thread_id: str
     resource_id: str | None
@@ -35,9 +37,12 @@ class ThreadView:
     metadata: dict[str, Any]
     config: dict[str, Any]
     version: int
+    models: dict[str, list[str]]
 
     @classmethod
-    def of(cls, state: RecordState, thread_id: str, om: dict[str, Any] | None = None) -> ThreadView:
+    def of(
+        cls, state: RecordState, thread_id: str, config: MemoryConfig, om: dict[str, Any] | None = None
+    ) -> ThreadView:
         metadata = dict(state.thread_metadata)
         if om:
             mastra = metadata.get("mastra")
@@ -49,7 +54,33 @@ class ThreadView:
             metadata=metadata,
             config=state.config_overrides,
             version=state.version,
+            models=role_models(config),
         )
+
+
+def role_models(config: MemoryConfig) -> dict[str, list[str]]:
+    """The models the Observer and the Reflector may call under ``config``, as ``resolve_model`` picks
+    them: one, one per ``upTo`` tier (smallest inputs first) when the model is chosen by input size, or
+    the enabled entries of a model list in the order they are tried.
+
+    A client cannot resolve the profile, the thread's overrides, the role fallbacks and ``"default"``
+    itself; which model a call actually used is in the usage of its cycle.
+    """
+    bounds = sorted(
+        {
+            bound
+            for spec in (config.model, config.observation.model, config.reflection.model)
+            if isinstance(spec, ModelByInputTokens)
+            for bound in spec.up_to
+        }
+    )
+    # an input over the largest bound goes to the largest tier, so probing each bound reaches every tier
+    probes = bounds or [0]
+    roles: tuple[Role, ...] = ("observer", "reflector")
+    return {
+        role: list(dict.fromkeys(c.model for n in probes for c in resolve_model_route(config, role, n)))
+        for role in roles
+    }
 
 
 @dataclass(frozen=True)
@@ -69,7 +100,8 @@ def thread_state(deps: Deps, *, tenant: str, thread_id: str) -> RecordState:
 
 def describe_thread(deps: Deps, *, tenant: str, thread_id: str) -> ThreadView:
     state = thread_state(deps, tenant=tenant, thread_id=thread_id)
-    return ThreadView.of(state, thread_id, om_metadata(state, record_config(deps.profile, state)))
+    config = record_config(deps.profile, state)
+    return ThreadView.of(state, thread_id, config, om_metadata(state, config))
 
 
 def record_stream(deps: Deps, *, tenant: str, thread_id: str) -> str:

@@ -30,15 +30,27 @@ def take_turn(
     resource_id: str | None = None,
     caller_model: str | None = None,
     wait: bool = True,
+    caller_provider_options: Mapping[str, Any] | None = None,
 ) -> TurnOutcome:
     """Append ``messages`` (the turn's user message, and anything the app had not sent yet), then read
     the context as ``get_context`` does, blockAfter enforced unless ``wait`` is false."""
     appended = append_messages(
-        deps, tenant=tenant, thread_id=thread_id, messages=messages, resource_id=resource_id
+        deps,
+        tenant=tenant,
+        thread_id=thread_id,
+        messages=messages,
+        resource_id=resource_id,
+        caller_model=caller_model,
     )
     # the read starts from the state the append committed: no second round trip to the store
     start = appended.state.fork() if appended.state is not None else None
     read = read_context(
-        deps, tenant=tenant, thread_id=thread_id, caller_model=caller_model, wait=wait, start=start
+        deps,
+        tenant=tenant,
+        thread_id=thread_id,
+        caller_model=caller_model,
+        wait=wait,
+        start=start,
+        caller_provider_options=caller_provider_options,
     )
     return TurnOutcome(appended=appended, read=read)

@@ -248,6 +248,7 @@ def _run_observation(deps: Deps, stream_id: str, cycle_id: str, kind: _Observati
         usage=result.usage,
         completed_at=format_time(deps.clock()),
         duration_ms=(time.monotonic() - started) * 1000,
+        working_memory=result.working_memory,
     )
     return _record_outcome(
         deps,
@@ -380,6 +381,7 @@ def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
                 levels_tried=result.levels_tried,
                 extracted=result.extracted,
                 extraction_failures=result.extraction_failures,
+                suggested_response=result.suggested_response,
                 usage=result.usage,
                 completed_at=format_time(deps.clock()),
                 duration_ms=duration,

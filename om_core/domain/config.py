@@ -43,12 +43,18 @@ AttachmentPolicy: TypeAlias = bool | Literal["auto"] | tuple[str, ...]
 
 DEFAULT_TOKENIZER = "tiktoken:o200k_base"
 DEFAULT_BLOCK_AFTER = 1.2
-# The built-in extractors and the XML tags the Observer/Reflector output already uses.
-RESERVED_EXTRACTOR_NAMES = frozenset(OUTPUT_TAGS)
+# The built-in extractors, the XML tags the Observer/Reflector output already uses, and the tags Mastra
+# also reserves because prompts and transcripts are built of them.
+RESERVED_EXTRACTOR_NAMES = frozenset(OUTPUT_TAGS) | {
+    "observation", "thread", "message", "messages", "conversation", "history", "system", "user",
+    "assistant", "tool",
+}  # fmt: skip
 
 # Subtrees whose keys belong to someone else (provider SDKs, JSON Schema): never renamed, never pruned.
 _FREE_FORM_KEYS = frozenset({"providerOptions", "schema"})
-_SLUG = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_SLUG = re.compile(r"^[a-z](?:[a-z0-9-]*[a-z0-9])?$")
+_SLUG_QUOTES = re.compile(r"['\"`]")
+_SLUG_SEPARATORS = re.compile(r"[^a-z0-9]+")
 _MODEL_ID = re.compile(r"^[^/\s]+/\S+$")
 _MIME_PATTERN = re.compile(r"^(\*|[\w.+-]+/(\*|[\w.+-]+))$")
 _KEY_PATH = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
@@ -313,8 +319,51 @@ def _tier_bound(raw: object) -> int | None:
     return None
 
 
-ModelSpec: TypeAlias = str | ModelByInputTokens
-_MODEL_RULE = 'must be "provider/model", "default" or {upTo: {<input tokens>: model}}'
+class ModelWithRetries(_Section):
+    """One model of a fallback list (Mastra's ``ModelWithRetries``): tried with its own retry bound for
+    transient errors, and left for the next entry when it still fails. ``maxRetries`` unset takes
+    ``modelRetry.maxRetries``; an entry with ``enabled: false`` is skipped."""
+
+    model: StrictStr
+    max_retries: Annotated[int, BeforeValidator(_not_bool), Field(ge=0)] | None = None
+    enabled: StrictBool = True
+
+    @field_validator("model")
+    @classmethod
+    def _model_id(cls, value: str) -> str:
+        if not _is_model_id(value):
+            raise ValueError('must be "provider/model" or "default"')
+        return value
+
+
+ModelList: TypeAlias = tuple[ModelWithRetries, ...]
+ModelSpec: TypeAlias = str | ModelByInputTokens | ModelList
+_MODEL_RULE = (
+    'must be "provider/model", "default", {upTo: {<input tokens>: model}} or a list of '
+    "{model, maxRetries?, enabled?}"
+)
+
+
+def _model_list(value: Sequence[object]) -> ModelList:
+    if not value:
+        raise ValueError("a model list must name at least one model")
+    entries: list[ModelWithRetries] = []
+    problems: list[ConfigProblem] = []
+    for index, item in enumerate(value):
+        if isinstance(item, ModelWithRetries):
+            entries.append(item)
+        elif not isinstance(item, Mapping):
+            problems.append(ConfigProblem(f"[{index}]", item, "must be {model, maxRetries?, enabled?}"))
+        else:
+            try:
+                entries.append(_validated(ModelWithRetries, item))
+            except ConfigError as error:
+                problems.extend(problem.under(f"[{index}]") for problem in error.problems)
+    if problems:
+        raise ConfigError.of(problems)
+    if not any(entry.enabled for entry in entries):
+        raise ValueError("a model list needs at least one entry with enabled: true")
+    return tuple(entries)
 
 
 def _is_model_id(value: str) -> bool:
@@ -328,7 +377,17 @@ def _model_spec(value: object) -> ModelSpec | None:
         return value
     if isinstance(value, Mapping):
         return _validated(ModelByInputTokens, value)
+    if isinstance(value, list | tuple):
+        return _model_list(value)
     raise ValueError(_MODEL_RULE)
+
+
+def _api_base(value: object) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value.strip()):
+        raise ValueError(
+            'must be the http(s) URL of an OpenAI-compatible API, e.g. "http://127.0.0.1:8080/v1"'
+        )
+    return value.strip().rstrip("/")
 
 
 class ModelSettings(_Section):
@@ -342,6 +401,8 @@ class ModelSettings(_Section):
     frequency_penalty: Annotated[float, BeforeValidator(_not_bool)] | None = None
     seed: Annotated[int, BeforeValidator(_not_bool)] | None = None
     stop_sequences: tuple[StrictStr, ...] | None = None
+    # where the calls go when not to the provider: an OpenAI-compatible server (docs/configuration.md)
+    api_base: Annotated[str, BeforeValidator(_api_base)] | None = None
 
 
 class Extractor(_Section):
@@ -356,11 +417,22 @@ class Extractor(_Section):
     @field_validator("name")
     @classmethod
     def _slug(cls, value: str) -> str:
-        if not _SLUG.match(value):
-            raise ValueError("must be a slug: lowercase letters, digits and single hyphens")
-        if value in RESERVED_EXTRACTOR_NAMES:
-            raise ValueError(f"is reserved (reserved: {', '.join(sorted(RESERVED_EXTRACTOR_NAMES))})")
+        slug = extractor_slug(value)
+        if not _SLUG.match(slug):
+            raise ValueError(
+                "must give a slug that starts with a letter once lowercased, with every run of other "
+                f"characters made a hyphen (gives {slug!r})"
+            )
+        if slug in RESERVED_EXTRACTOR_NAMES:
+            raise ValueError(
+                f"gives the reserved slug {slug!r} (reserved: {', '.join(sorted(RESERVED_EXTRACTOR_NAMES))})"
+            )
         return value
+
+    @property
+    def slug(self) -> str:
+        """The value's key in the models' answers (its XML tag) and in the thread's metadata."""
+        return extractor_slug(self.name)
 
     @field_validator("instructions")
     @classmethod
@@ -390,15 +462,24 @@ class Extractor(_Section):
         """Where the value is stored in the thread's OM metadata; ``None`` when persistence is off."""
         if self.metadata_key_path is False:
             return None
-        return self.metadata_key_path or f"extracted.{self.name}"
+        return self.metadata_key_path or f"extracted.{self.slug}"
+
+
+def extractor_slug(name: str) -> str:
+    """Mastra's slug of an extractor name: lowercased, quotes dropped, every other run of characters that
+    are not ASCII letters or digits made one hyphen, hyphens trimmed ("User profile" → "user-profile")."""
+    return _SLUG_SEPARATORS.sub("-", _SLUG_QUOTES.sub("", name.strip().lower())).strip("-")
 
 
 def _unique_extractors(extractors: tuple[Extractor, ...]) -> tuple[Extractor, ...]:
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
     for extractor in extractors:
-        if extractor.name in seen:
-            raise ValueError(f"extractor names must be unique: {extractor.name!r} appears more than once")
-        seen.add(extractor.name)
+        if extractor.slug in seen:
+            raise ValueError(
+                f"extractor names must be unique once slugged: {seen[extractor.slug]!r} and "
+                f"{extractor.name!r} both give {extractor.slug!r}"
+            )
+        seen[extractor.slug] = extractor.name
     return extractors
 
 
@@ -510,6 +591,8 @@ class ObservationConfig(_Section):
         default_factory=lambda: {"google": {"thinkingConfig": {"thinkingBudget": 215}}}
     )
     continuation_hints: StrictBool = True
+    # the Observer keeps the working-memory document (the top-level workingMemory section)
+    manage_working_memory: StrictBool = False
     # Overrides of the top-level options (as in Mastra's standalone class); None inherits, False disables.
     activate_after_idle: Annotated[
         IdleTTL | Literal[False] | None, BeforeValidator(_observation_idle_ttl)
@@ -573,6 +656,122 @@ class ObservationConfig(_Section):
 
 
 _BLOCK_AFTER_RULE = "only valid with async buffering"
+
+
+# Mastra's default working-memory template (``memoryDefaultOptions.workingMemory.template``)
+DEFAULT_WORKING_MEMORY_TEMPLATE = """\
+# User Information
+- **First Name**:
+- **Last Name**:
+- **Location**:
+- **Occupation**:
+- **Interests**:
+- **Goals**:
+- **Events**:
+- **Facts**:
+- **Projects**:
+"""
+
+
+class WorkingMemoryConfig(_Section):
+    """Mastra's ``workingMemory`` Memory option: the document the Observer keeps when
+    ``observation.manageWorkingMemory`` is on (docs/configuration.md, workingMemory)."""
+
+    enabled: StrictBool = False
+    # resolved to the record's scope when not given: the only scope om can keep (see _working_memory)
+    scope: Scope | None = None
+    template: StrictStr | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    agent_managed: StrictBool = False
+    use_state_signals: StrictBool = True
+
+    @field_validator("schema_", mode="before")
+    @classmethod
+    def _schema(cls, value: object) -> object:
+        if value is not None and not isinstance(value, Mapping):
+            raise ValueError("must be a JSON Schema object")
+        return value
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("agent_managed")
+    @classmethod
+    def _not_agent_managed(cls, value: bool) -> bool:
+        if value:
+            raise ValueError(
+                "om does not run the agent, so it has no working-memory tool to give it; the Observer "
+                "keeps the document (observation.manageWorkingMemory)"
+            )
+        return value
+
+    @field_validator("use_state_signals")
+    @classmethod
+    def _state_signals(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError(
+                "om does not write the agent's system prompt: the document is always its own system "
+                "message after the observations, where a change leaves the cached prefix alone"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _template_or_schema(self) -> WorkingMemoryConfig:
+        if self.template is not None and self.schema_ is not None:
+            raise ConfigError("schema", self.schema_, "give a template or a schema, not both")
+        return self
+
+    @property
+    def document_template(self) -> str:
+        """The Markdown template the Observer follows (unused with a schema)."""
+        return self.template if self.template is not None else DEFAULT_WORKING_MEMORY_TEMPLATE
+
+
+def _working_memory(data: dict[str, Any], observation: Mapping[str, Any]) -> list[ConfigProblem]:
+    """Resolve ``workingMemory.enabled`` / ``scope`` from ``observation.manageWorkingMemory`` and the
+    record's scope, and report the combinations om cannot keep."""
+    raw = data.get("workingMemory", {})
+    if not isinstance(raw, Mapping):
+        return []  # left for the field validation to report
+    section = dict(raw)
+    managed = observation.get("manageWorkingMemory") is True
+    problems: list[ConfigProblem] = []
+    if managed:
+        if section.get("enabled") is False:
+            problems.append(
+                ConfigProblem(
+                    "workingMemory.enabled", False, "observation.manageWorkingMemory needs working memory on"
+                )
+            )
+        section.setdefault("enabled", True)
+    elif section.get("enabled") is True:
+        problems.append(
+            ConfigProblem(
+                "workingMemory.enabled",
+                True,
+                "om keeps working memory through the Observer only: set observation.manageWorkingMemory: "
+                "true (there is no agent tool to update it)",
+            )
+        )
+    record_scope = data.get("scope", "thread")
+    scope = section.get("scope")
+    if scope in ("thread", "resource") and scope != record_scope:
+        why = (
+            "each thread is a record of its own, folded from its own stream, so a document shared by "
+            "the resource's threads would be rewritten whole by several streams with no order between them"
+            if scope == "resource"
+            else "one record, and one Observer call, covers all the resource's threads: it keeps one document"
+        )
+        problems.append(ConfigProblem("workingMemory.scope", scope, f"must be {record_scope!r} here: {why}"))
+    elif scope is None and section.get("enabled"):
+        section["scope"] = record_scope
+    if section:
+        data["workingMemory"] = section
+    return problems
 
 
 class ReflectionConfig(_Section):
@@ -711,6 +910,8 @@ def _tokenizer(value: object) -> str:
 class MemoryConfig(_Section):
     """A validated, resolved memory configuration (immutable)."""
 
+    # false: OM does nothing for the thread (no observation, reflection or activation)
+    enabled: StrictBool = True
     model: ModelOption = None
     scope: Scope = "thread"
     observation: ObservationConfig = Field(default_factory=ObservationConfig)
@@ -724,6 +925,7 @@ class MemoryConfig(_Section):
     failure_policy: FailurePolicy = "abort"
     tokenizer: Annotated[str, BeforeValidator(_tokenizer)] = DEFAULT_TOKENIZER
     model_retry: ModelRetryConfig = Field(default_factory=ModelRetryConfig)
+    working_memory: WorkingMemoryConfig = Field(default_factory=WorkingMemoryConfig)
     # set by the server profile only (a thread cannot override it): see docs/configuration.md
     webhooks: Annotated[tuple[Webhook, ...], AfterValidator(_unique_webhooks)] = ()
 
@@ -773,6 +975,7 @@ class MemoryConfig(_Section):
                 if "blockAfter" in section
             )
             reflection["blockAfter"] = None
+        problems.extend(_working_memory(data, observation))
         if problems:
             raise ConfigError.of(problems)
 
@@ -813,7 +1016,7 @@ def _option_names(models: Iterable[type[BaseModel]]) -> frozenset[str]:
 
 _OPTION_NAMES = _option_names(
     (MemoryConfig, ObservationConfig, ReflectionConfig, ModelSettings, Extractor, RetrievalConfig,
-     ModelRetryConfig, ModelByInputTokens, Webhook)
+     ModelRetryConfig, ModelByInputTokens, ModelWithRetries, Webhook, WorkingMemoryConfig)
 )  # fmt: skip
 
 
@@ -867,6 +1070,34 @@ def _normalise_value(value: object, *, drop_none: bool, path: str) -> object:
 # ----------------------------------------------------------------------------------------- public API
 
 
+_WRAPPER_KEYS = ("observationalMemory", "observational_memory")
+
+
+def unwrap_observational_memory(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Mastra's Memory option written as is, ``{observationalMemory: true | false | {...}}``: ``true`` is
+    every default, ``false`` is ``{enabled: false}``, an object is the options. Anything else is returned
+    unchanged."""
+    keys = [key for key in _WRAPPER_KEYS if key in raw]
+    if not keys:
+        return raw
+    if len(raw) > 1:
+        others = sorted(str(key) for key in raw if key not in _WRAPPER_KEYS) or keys
+        raise ConfigError(
+            keys[0],
+            raw[keys[0]],
+            "Mastra's observationalMemory wrapper must be the only key of its object; move "
+            f"{', '.join(others)} inside it",
+        )
+    value = raw[keys[0]]
+    if value is True:
+        return {}
+    if value is False:
+        return {"enabled": False}
+    if isinstance(value, Mapping):
+        return value
+    raise ConfigError(keys[0], value, "must be true, false or an object of options")
+
+
 def parse_memory_config(raw: Mapping[str, Any] | None) -> MemoryConfig:
     """Validate a raw configuration (camelCase and/or snake_case keys). ``None`` gives the defaults.
 
@@ -876,6 +1107,7 @@ def parse_memory_config(raw: Mapping[str, Any] | None) -> MemoryConfig:
         return MemoryConfig()
     if not isinstance(raw, Mapping):
         raise ConfigError("", raw, "a memory configuration must be an object of options")
+    raw = unwrap_observational_memory(raw)
     try:
         return MemoryConfig.model_validate(raw)
     except ValidationError as error:
@@ -897,7 +1129,7 @@ def merge_config_layers(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
             continue
         if not isinstance(layer, Mapping):
             raise ConfigError("", layer, "a configuration layer must be an object of options")
-        override = _normalise_option_keys(layer, drop_none=False)
+        override = _normalise_option_keys(unwrap_observational_memory(layer), drop_none=False)
         _drop_superseded_models(merged, override)
         merged = _deep_merge(merged, override)
     return merged

@@ -52,6 +52,11 @@ OBSERVATIONS_OPEN = "<observations>"
 OTHER_PART_MAX_CHARS = 500
 OBSERVATIONS_CLOSE = "</observations>"
 
+WORKING_MEMORY_LEAD = (
+    "Your working memory: durable facts about the user, kept up to date by your memory. Use them as "
+    "background knowledge; newer messages take priority."
+)
+
 
 @dataclass(frozen=True)
 class ContextWindow:
@@ -107,12 +112,15 @@ def build_context(
         # both lists write into one set of values: a name in both is one value, shown once
         shown: set[str] = set()
         for extractor in (*config.observation.extract, *config.reflection.extract):
-            value = state.extracted.get(extractor.name)
-            if extractor.name in shown or not extractor.include_previous_extraction:
+            value = state.extracted.get(extractor.slug)
+            if extractor.slug in shown or not extractor.include_previous_extraction:
                 continue
             if value not in (None, "", {}, []):
-                shown.add(extractor.name)
-                system.append(f"<{extractor.name}>\n{_render_value(value)}\n</{extractor.name}>")
+                shown.add(extractor.slug)
+                system.append(f"<{extractor.slug}>\n{_render_value(value)}\n</{extractor.slug}>")
+    if state.working_memory and config.observation.manage_working_memory and config.working_memory.enabled:
+        # last, as Mastra appends it: a new version of the document leaves every message before it alone
+        system.append(f"{WORKING_MEMORY_LEAD}\n\n<working-memory>\n{state.working_memory}\n</working-memory>")
     continuation = None
     if state.log:
         suggestion = "If a suggested response is given above, follow it. " if state.suggested_response else ""
@@ -151,7 +159,8 @@ def over_budget(state: RecordState, config: MemoryConfig, reader_thread: str | N
     """
     limits = resolve_limits(config, state)
     limit = limits.block_after if limits.block_after is not None else limits.message_threshold
-    if state.pending_tokens < limit:
+    # with OM turned off (enabled: false) there is no budget to be over: the window is the raw messages
+    if state.pending_tokens < limit or not config.enabled:
         return None
     protected = protected_from_seq(state, reader_thread)
     observable = activation_count(state, limits, protected) > 0 or (
@@ -269,7 +278,7 @@ def om_metadata(state: RecordState, config: MemoryConfig) -> dict[str, Any]:
         meta["threadTitle"] = state.title
     for extractor in (*config.observation.extract, *config.reflection.extract):
         path = extractor.persisted_key_path
-        if path is None or extractor.name not in state.extracted:
+        if path is None or extractor.slug not in state.extracted:
             continue
         *parents, leaf = path.split(".")
         node = meta
@@ -277,5 +286,5 @@ def om_metadata(state: RecordState, config: MemoryConfig) -> dict[str, Any]:
             child = node.get(key)
             node[key] = child = child if isinstance(child, dict) else {}
             node = child
-        node[leaf] = state.extracted[extractor.name]
+        node[leaf] = state.extracted[extractor.slug]
     return meta

@@ -18,6 +18,9 @@ from pydantic import BaseModel, ConfigDict
 from om_core.domain.envelope import JSONDict, NewEvent, RecordedEvent
 
 TriggeredBy = Literal["threshold", "ttl", "provider_change", "block_after", "manual"]
+# What the parser made of one Observer or Reflector answer: in the output format; not, but observations
+# were recovered from it; a repetition loop, rejected; nothing usable in it.
+AnswerVerdict = Literal["parsed", "repaired", "degenerate", "empty"]
 
 
 class Usage(BaseModel):
@@ -29,6 +32,8 @@ class Usage(BaseModel):
     cost_usd: float | None = None
     latency_ms: float = 0.0
     calls: int = 1
+    # one per Observer/Reflector answer, in order (schema extractors' JSON answers are not judged)
+    verdicts: tuple[AnswerVerdict, ...] = ()
 
 
 class DomainEvent(BaseModel):
@@ -127,6 +132,9 @@ class ObservationOutcome(DomainEvent):
     usage: Usage = Usage()
     completed_at: str
     duration_ms: float = 0.0
+    # the whole updated working-memory document (observation.manageWorkingMemory); None: unchanged, and in
+    # every event stored before om kept working memory
+    working_memory: str | None = None
 
 
 # The usage of a failure stored before failures recorded it, or of one no model call led to (a cycle found
@@ -281,6 +289,9 @@ class ReflectionCompleted(DomainEvent):
     levels_tried: list[int] = []
     extracted: JSONDict = {}
     extraction_failures: JSONDict = {}
+    # the suggested response a synchronous reflection gave (reflection.continuationHints); none: the record
+    # keeps its own
+    suggested_response: str | None = None
     usage: Usage = Usage()
     completed_at: str
     duration_ms: float = 0.0

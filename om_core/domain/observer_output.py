@@ -17,12 +17,16 @@ from typing import Any
 
 import jsonschema
 
+from om_core.domain.events import AnswerVerdict
+
 MAX_LINE_CHARS = 10_000
 LINE_TRUNCATION_SUFFIX = "… [truncated]"
 
 BUILT_IN_SLUGS = ("current-task", "suggested-response", "thread-title")
+# the Observer's whole working-memory document, when it manages it (observation.manageWorkingMemory)
+WORKING_MEMORY_TAG = "working-memory"
 # every tag of the output format but the extractors' own: no extractor may take one of these names
-OUTPUT_TAGS = ("observations", "extracted-values", *BUILT_IN_SLUGS)
+OUTPUT_TAGS = ("observations", "extracted-values", *BUILT_IN_SLUGS, WORKING_MEMORY_TAG)
 
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+\S")
@@ -66,6 +70,8 @@ class ObserverOutput:
     extraction_failures: Mapping[str, str] = field(default_factory=dict)
     threads: tuple[ThreadObservations, ...] = ()
     degenerate: bool = False
+    # the updated working-memory document as written (Markdown, or JSON text); None: no update
+    working_memory: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +296,17 @@ def _extracted_values(
     return values, failures
 
 
+def _take_working_memory(document: _Document, stop_tags: Sequence[str]) -> str | None:
+    """Cut every ``<working-memory>`` section out of ``document``; the last one is the update. Empty or
+    ``null`` means no update, as Mastra's working-memory extractor reads it."""
+    sections = document.find(WORKING_MEMORY_TAG, stop_tags)
+    document.cut(sections)
+    if not sections:
+        return None
+    value = sections[-1].content.strip()
+    return value if value and value.lower() != "null" else None
+
+
 def parse_observer_output(
     text: str,
     *,
@@ -297,6 +314,7 @@ def parse_observer_output(
     thread_title_enabled: bool = False,
     multi_thread: bool = False,
     reflector: bool = False,
+    working_memory: bool = False,
 ) -> ObserverOutput:
     """Parse an Observer (or, with ``reflector``, a Reflector) reply.
 
@@ -304,7 +322,9 @@ def parse_observer_output(
     from an ``<extracted-values>`` JSON object or the last ``<slug>`` section; the built-in hints
     (current task, suggested response, thread title) from their sections or that JSON. Without any
     ``<observations>`` block the list-item lines are kept (the Reflector falls back to the whole reply).
-    The Reflector's current task is never taken: it describes the past the reflection condensed.
+    The Reflector's current task is never taken: it describes the past the reflection condensed. With
+    ``working_memory`` the ``<working-memory>`` section is the document's update, wherever it was written
+    (it is never part of the observations).
     """
     if detect_degenerate_repetition(text):
         return ObserverOutput("", degenerate=True)
@@ -312,6 +332,7 @@ def parse_observer_output(
     stop_tags = [*OUTPUT_TAGS, *slugs]
     document = _Document(_unwrap_outer_fence(text.replace("\r\n", "\n")))
 
+    working = _take_working_memory(document, stop_tags) if working_memory else None
     values, failures = _extracted_values(document, slugs, stop_tags)
     blocks = document.find("observations", stop_tags)
     if not blocks and multi_thread:
@@ -363,6 +384,7 @@ def parse_observer_output(
         extracted=values,
         extraction_failures=failures,
         threads=tuple(threads),
+        working_memory=working,
     )
 
 
@@ -470,3 +492,30 @@ def validate_extracted_value(value: Any, schema: Mapping[str, Any]) -> list[str]
 
 def _json_path(path: list[Any]) -> str:
     return "$" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path)
+
+
+def answer_verdict(text: str, output: ObserverOutput) -> AnswerVerdict:
+    """The parser's verdict on one answer and what ``parse_observer_output`` made of it: ``parsed`` when
+    it held a closed ``<observations>`` block outside code, ``repaired`` when observations were recovered
+    from one that did not (a block left open, a reply in a code block, bare list items or thread blocks)."""
+    if output.degenerate:
+        return "degenerate"
+    observed = (
+        any(thread.observations.strip() for thread in output.threads)
+        if output.threads
+        else bool(output.observations.strip())
+    )
+    if not observed:
+        return "empty"
+    lines = text.replace("\r\n", "\n").split("\n")
+    opened = False
+    for line, fenced in zip(lines, _fence_mask(lines), strict=True):
+        stripped = line.lstrip()
+        if fenced:
+            continue
+        if not opened and stripped.startswith("<observations>"):
+            opened = True
+            stripped = stripped.removeprefix("<observations>")
+        if opened and "</observations>" in stripped:
+            return "parsed"
+    return "repaired"

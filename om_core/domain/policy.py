@@ -8,9 +8,10 @@ Every decision changes the state so that the loop always ends.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from om_core.domain import thresholds
 from om_core.domain.config import MemoryConfig
@@ -117,6 +118,7 @@ def next_decision(
     mode: Mode,
     caller_model: str | None = None,
     reader_thread: str | None = None,
+    caller_provider_options: Mapping[str, Any] | None = None,
 ) -> Decision | None:
     """The next step for this record.
 
@@ -124,13 +126,17 @@ def next_decision(
     ``read`` may in addition ask for synchronous observation and reflection (blockAfter); ``idle`` is the
     end of a turn or a sweep, where ``bufferOnIdle`` and idle TTLs apply. ``reader_thread`` is the thread
     a read is for, whose newest user message stays raw as well as the record's (resource scope).
+    ``caller_provider_options`` are the caller's own provider options (``openai.promptCacheRetention``),
+    which an ``"auto"`` idle TTL follows. With ``enabled: false`` nothing is ever decided.
     """
+    if not config.enabled:
+        return None
     limits = resolve_limits(config, state)
     protected = protected_from_seq(state, reader_thread)
     return (
-        _activation(state, config, limits, now, caller_model, protected)
+        _activation(state, config, limits, now, caller_model, protected, caller_provider_options)
         or _observation_work(state, config, limits, mode, protected)
-        or _reflection(state, config, limits, mode, now, caller_model)
+        or _reflection(state, config, limits, mode, now, caller_model, caller_provider_options)
     )
 
 
@@ -206,6 +212,7 @@ def _activation(
     now: datetime,
     caller_model: str | None,
     protected: int | None,
+    caller_provider_options: Mapping[str, Any] | None = None,
 ) -> ActivateChunks | None:
     if not state.chunks or state.sync_in_flight is not None:
         return None
@@ -226,7 +233,9 @@ def _activation(
             previous_model=state.last_assistant_model,
             current_model=caller_model,
         )
-    ttl_ms = thresholds.resolve_idle_ttl_ms(config, caller_model or state.last_assistant_model)
+    ttl_ms = thresholds.resolve_idle_ttl_ms(
+        config, caller_model or state.last_assistant_model, caller_provider_options=caller_provider_options
+    )
     if ttl_ms is not None and state.last_assistant_at is not None:
         idle_ms = int((now - parse_time(state.last_assistant_at)).total_seconds() * 1000)
         if idle_ms >= ttl_ms:
@@ -351,6 +360,7 @@ def _reflection(
     mode: Mode,
     now: datetime,
     caller_model: str | None,
+    caller_provider_options: Mapping[str, Any] | None = None,
 ) -> RequestReflection | ActivateBufferedReflection | None:
     """Reflection with a bounded number of Reflector calls (docs/semantics.md, Reflection, Bounded model
     spend): a background reflection is asked for only when observations were added since the current
@@ -363,7 +373,7 @@ def _reflection(
     if state.buffered_reflection is not None:
         if o >= r:
             return ActivateBufferedReflection(triggered_by="threshold")
-        early = _early_reflection_trigger(state, config, limits, now, caller_model)
+        early = _early_reflection_trigger(state, config, limits, now, caller_model, caller_provider_options)
         if early is not None:
             return ActivateBufferedReflection(triggered_by=early)
     in_flight = state.reflection_in_flight
@@ -398,7 +408,12 @@ def _reflection(
 
 
 def _early_reflection_trigger(
-    state: RecordState, config: MemoryConfig, limits: Limits, now: datetime, caller_model: str | None
+    state: RecordState,
+    config: MemoryConfig,
+    limits: Limits,
+    now: datetime,
+    caller_model: str | None,
+    caller_provider_options: Mapping[str, Any] | None = None,
 ) -> Literal["ttl", "provider_change"] | None:
     """``reflection.activateOnProviderChange`` / ``reflection.activateAfterIdle``: activate a buffered
     reflection below the threshold, unless that would be premature (the reference's guard): the lines
@@ -417,7 +432,7 @@ def _early_reflection_trigger(
         trigger = "provider_change"
     else:
         ttl_ms = thresholds.resolve_idle_ttl_ms(
-            config, caller_model or state.last_assistant_model, "reflection"
+            config, caller_model or state.last_assistant_model, "reflection", caller_provider_options
         )
         last = state.last_assistant_at
         idle_ms = None if last is None else (now - parse_time(last)).total_seconds() * 1000

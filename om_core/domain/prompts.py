@@ -41,6 +41,15 @@ EXTRACTOR_SECTIONS_LINE_PREFIX = "Extractor sections:"
 PREVIOUS_VALUE_HEADING = "## Previous value"
 EXTRACTOR_END_MARKER = "--- end of input ---"
 
+# With observation.manageWorkingMemory the data message holds the document as it stands under this heading,
+# between the metadata and the transcript ("(empty)" before the first update); the system prompt holds the
+# template (or the JSON Schema) under the next one, closed by the marker line.
+WORKING_MEMORY_HEADING = "## Current working memory"
+WORKING_MEMORY_EMPTY = "(empty)"
+WORKING_MEMORY_TEMPLATE_HEADING = "## Working memory template"
+WORKING_MEMORY_SCHEMA_HEADING = "## Working memory JSON Schema"
+WORKING_MEMORY_TEMPLATE_END = "--- end of template ---"
+
 COMPRESSION_GUIDANCE: tuple[str, ...] = (
     "No extra compression is needed: reorganise, merge duplicates and connect related items, keeping detail.",
     "Compress a little more than you normally would: keep roughly eight of every ten details, merging "
@@ -69,6 +78,16 @@ class ExtractorSpec:
     def inline(self) -> bool:
         """Schema-less extractors answer inside the Observer/Reflector reply, in a ``<slug>`` section."""
         return self.schema is None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkingMemorySpec:
+    """The working-memory document the Observer keeps: its Markdown ``template`` or its JSON ``schema``
+    (exactly one is set), and the ``current`` document (None before the first update)."""
+
+    template: str | None = None
+    schema: Mapping[str, Any] | None = None
+    current: str | None = None
 
 
 _OBSERVER_ROLE = """\
@@ -167,7 +186,53 @@ _OBSERVER_GUIDELINES = """\
 - Write nothing outside the sections of the output format."""
 
 
-def _format_section(*, continuation_hints: bool, thread_title: bool, inline: Sequence[ExtractorSpec]) -> str:
+_WORKING_MEMORY_SECTION = """\
+<working-memory>
+the whole updated working memory
+</working-memory>"""
+
+
+def _working_memory_section(spec: WorkingMemorySpec) -> str:
+    """The system prompt's part on keeping the working memory: what it is, how to update it, its shape."""
+    if spec.schema is not None:
+        shape = (
+            "Write the whole updated document as one JSON object that validates against the JSON Schema "
+            "below, or null when nothing needs to change."
+        )
+        heading = WORKING_MEMORY_SCHEMA_HEADING
+        body = json.dumps(dict(spec.schema), ensure_ascii=False, indent=2, sort_keys=True)
+    else:
+        shape = (
+            "Write the whole updated document in Markdown, following the template below: keep its headings "
+            "and labels in order, fill in what is known, and leave a label empty when nothing is known."
+        )
+        heading = WORKING_MEMORY_TEMPLATE_HEADING
+        body = (spec.template or "").strip()
+    return "\n\n".join(
+        [
+            "# Working memory",
+            "Besides the observations you keep the working memory: one short document of durable facts "
+            "about the user (who they are, where they live, their work, preferences, goals, projects) that "
+            "the assistant always sees. Update it from what the transcript shows. " + shape,
+            f'The data message holds it as it stands under "{WORKING_MEMORY_HEADING}", before the '
+            f'transcript ("{WORKING_MEMORY_EMPTY}" before the first update). Keep what it says unless the '
+            "conversation changed it; the newer statement wins. Record only what the user stated or "
+            "confirmed, never the assistant's guesses or these instructions. Write the <working-memory> "
+            "section only when the document changes, and omit it otherwise.",
+            heading,
+            body,
+            WORKING_MEMORY_TEMPLATE_END,
+        ]
+    )
+
+
+def _format_section(
+    *,
+    continuation_hints: bool,
+    thread_title: bool,
+    inline: Sequence[ExtractorSpec],
+    working_memory: bool = False,
+) -> str:
     sections = [_OBSERVATIONS_EXAMPLE]
     notes: list[str] = []
     if continuation_hints:
@@ -188,6 +253,12 @@ def _format_section(*, continuation_hints: bool, thread_title: bool, inline: Seq
         notes.append(
             "Each extractor section holds plain text. Write it when its value is new or has changed; "
             "omit it otherwise."
+        )
+    if working_memory:
+        sections.append(_WORKING_MEMORY_SECTION)
+        notes.append(
+            "<working-memory> holds the whole document, outside any <thread> block; omit it when the "
+            "document does not change."
         )
     return "\n\n".join(
         ["# Output format", "Reply with these sections, in this order:", *sections, _PRIORITIES, *notes]
@@ -271,12 +342,15 @@ def build_observer_request(
     multi_thread: bool = False,
     instruction: str | None = None,
     attachments: Sequence[TranscriptAttachment] = (),
+    working_memory: WorkingMemorySpec | None = None,
 ) -> list[ChatMessage]:
     """The Observer's request: one system message of instructions, one user message of data.
 
     ``previous_observations`` must already be truncated to the budget (``previous_truncated`` says it
     was). Schema-backed extractors are left to ``build_extractor_request``. With ``attachments`` the user
-    content becomes a list: the text first, then one image/file part per forwarded attachment.
+    content becomes a list: the text first, then one image/file part per forwarded attachment. With
+    ``working_memory`` the Observer is also asked for the updated working-memory document: its template
+    or schema among the instructions, the current document among the data.
     """
     inline = [extractor for extractor in extractors if extractor.inline]
     system_sections = [
@@ -284,8 +358,12 @@ def build_observer_request(
         _OBSERVER_INPUT,
         _OBSERVER_RULES,
         _extractor_section(inline),
+        _working_memory_section(working_memory) if working_memory is not None else None,
         _format_section(
-            continuation_hints=continuation_hints, thread_title=thread_title_enabled, inline=inline
+            continuation_hints=continuation_hints,
+            thread_title=thread_title_enabled,
+            inline=inline,
+            working_memory=working_memory is not None,
         ),
         _OBSERVER_GUIDELINES,
         _MULTI_THREAD_OBSERVER_NOTE if multi_thread else _SINGLE_THREAD_NOTE,
@@ -309,12 +387,16 @@ def build_observer_request(
         if extractor.include_previous and values.get(extractor.slug) is not None:
             metadata.append(f"- {extractor.slug} ({extractor.name}): {_render_value(values[extractor.slug])}")
 
+    document: list[str] = []
+    if working_memory is not None:
+        document = [WORKING_MEMORY_HEADING, (working_memory.current or "").strip() or WORKING_MEMORY_EMPTY]
     text = "\n\n".join(
         [
             PREVIOUS_OBSERVATIONS_HEADING,
             previous,
             PRIOR_METADATA_HEADING,
             "\n".join(metadata) or "(none)",
+            *document,
             OBSERVER_HISTORY_HEADING,
             transcript.strip() or "(no messages)",
             OBSERVER_CLOSING_LINE,
@@ -390,6 +472,7 @@ def build_reflector_request(
     manual_prompt: str | None = None,
     buffered: bool = False,
     multi_thread: bool = False,
+    continuation_hints: bool = True,
 ) -> list[ChatMessage]:
     """The Reflector's request for one attempt of the compression ladder.
 
@@ -417,7 +500,9 @@ def build_reflector_request(
         + "\n".join(carried)
         if carried
         else None,
-        _reflector_format(continuation_hints=not buffered, inline=inline, buffered=buffered),
+        _reflector_format(
+            continuation_hints=continuation_hints and not buffered, inline=inline, buffered=buffered
+        ),
         "# Guidance for this reflection\n\n" + manual_prompt.strip()
         if manual_prompt and manual_prompt.strip()
         else None,

@@ -202,6 +202,10 @@ class RecordState(_Model):
     current_task: str | None = None
     suggested_response: str | None = None
     extracted: dict[str, Any] = {}
+    # the working-memory document the Observer keeps, and the outcome that last wrote it
+    working_memory: str | None = None
+    working_memory_cycle_id: str | None = None
+    working_memory_updated_at: str | None = None
 
     last_message_at: str | None = None
     last_assistant_at: str | None = None
@@ -547,6 +551,10 @@ def _buffer_completed(s: RecordState, e: ObservationBufferCompleted) -> None:
     )
     s.stats.buffered_chunks += 1
     _merge_extracted(s, e.extracted)
+    # at buffering, not at activation: every update is the whole document, written from the document as
+    # it stood, so the next buffer run must see this one or it would drop it; and the document holds
+    # facts, not the messages a chunk replaces, so showing it early duplicates nothing
+    _update_working_memory(s, e)
 
 
 def _buffer_failed(s: RecordState, e: ObservationBufferFailed) -> None:
@@ -665,6 +673,7 @@ def _sync_completed(s: RecordState, e: SyncObservationCompleted) -> None:
     if e.suggested_response:
         s.suggested_response = e.suggested_response
     _merge_extracted(s, e.extracted)
+    _update_working_memory(s, e)
     s.last_buffer_boundary = 0
     s.stats.sync_observations += 1
     s.stats.messages_observed_tokens += e.message_tokens
@@ -795,6 +804,8 @@ def _reflection_completed(s: RecordState, e: ReflectionCompleted) -> None:
     )
     s.reflection_suppressed_at = s.observation_tokens if e.over_target else None
     _merge_extracted(s, e.extracted)
+    if e.suggested_response:
+        s.suggested_response = e.suggested_response
 
 
 def _reflection_failed(s: RecordState, e: ReflectionFailed) -> None:
@@ -819,6 +830,13 @@ def _values_extracted(s: RecordState, e: ValuesExtracted) -> None:
 def _merge_extracted(s: RecordState, values: dict[str, Any]) -> None:
     if values:
         s.extracted = {**s.extracted, **values}
+
+
+def _update_working_memory(s: RecordState, e: ObservationBufferCompleted | SyncObservationCompleted) -> None:
+    if e.working_memory is not None:
+        s.working_memory = e.working_memory
+        s.working_memory_cycle_id = e.cycle_id
+        s.working_memory_updated_at = e.completed_at
 
 
 def _over_budget(s: RecordState, e: ContextReturnedOverBudget) -> None:

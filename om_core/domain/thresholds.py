@@ -19,6 +19,7 @@ from om_core.domain.config import (
     BufferTokens,
     IdleTTL,
     MemoryConfig,
+    ModelByInputTokens,
     ModelSettings,
     ModelSpec,
     parse_activate_after_idle,
@@ -28,6 +29,7 @@ from om_core.domain.config import (
 __all__ = [
     "DEFAULT_MODEL",
     "MAX_COMPRESSION_LEVEL",
+    "ModelChoice",
     "ObservationThresholds",
     "ReflectionThresholds",
     "Role",
@@ -48,6 +50,7 @@ __all__ = [
     "resolve_buffer_tokens",
     "resolve_idle_ttl_ms",
     "resolve_model",
+    "resolve_model_route",
     "resolve_model_settings",
     "resolve_observation_thresholds",
     "resolve_reflection_thresholds",
@@ -381,7 +384,7 @@ def uses_default_model_selection(config: MemoryConfig, role: Role) -> bool:
     """No explicit model, ``"default"``, or a ModelByInputTokens selector (docs/configuration.md,
     ModelByInputTokens)."""
     spec = _model_spec(config, role)
-    return spec is None or spec == "default" or not isinstance(spec, str)
+    return spec is None or spec == "default" or isinstance(spec, ModelByInputTokens)
 
 
 def resolve_model(config: MemoryConfig, role: Role, input_tokens: int) -> str:
@@ -392,14 +395,34 @@ def resolve_model(config: MemoryConfig, role: Role, input_tokens: int) -> str:
     every bound goes to the largest tier (Mastra throws there, which would fail the cycle on every retry
     with the same input, and the largest tier's model is the one meant for the biggest inputs).
     """
+    return resolve_model_route(config, role, input_tokens)[0].model
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChoice:
+    """A model to call, and its bound on retries of transient errors (``None``: ``modelRetry.maxRetries``)."""
+
+    model: str
+    max_retries: int | None = None
+
+
+def resolve_model_route(config: MemoryConfig, role: Role, input_tokens: int) -> tuple[ModelChoice, ...]:
+    """The models to try in turn for a call (``resolve_model`` is the first): one, or the enabled entries
+    of a model list with their own retry bounds, each tried once the one before it has failed."""
     spec = _model_spec(config, role)
     if spec is None:
-        return DEFAULT_MODEL
-    if not isinstance(spec, str):
+        return (ModelChoice(DEFAULT_MODEL),)
+    if isinstance(spec, tuple):
+        return tuple(
+            ModelChoice(DEFAULT_MODEL if entry.model == "default" else entry.model, entry.max_retries)
+            for entry in spec
+            if entry.enabled
+        )
+    if isinstance(spec, ModelByInputTokens):
         # the tiers are sorted by bound, so the first that fits is the smallest
         fitting = [model for bound, model in spec.up_to.items() if bound >= input_tokens]
         spec = fitting[0] if fitting else spec.up_to[max(spec.up_to)]
-    return DEFAULT_MODEL if spec == "default" else spec
+    return (ModelChoice(DEFAULT_MODEL if spec == "default" else spec),)
 
 
 def resolve_model_settings(config: MemoryConfig, role: Role) -> ModelSettings:

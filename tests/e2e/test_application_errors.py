@@ -35,7 +35,7 @@ def thread(client: TestClient) -> str:
             404,
             {
                 "code": "cursor_not_found",
-                "message": "no message 'nope' in this thread",
+                "message": "no message 'nope' in the threads this recall can read",
                 "details": {"cursor": "nope"},
             },
         ),
@@ -68,11 +68,12 @@ def thread(client: TestClient) -> str:
         (
             "recall",
             {"thread_id": "another"},
-            400,
+            404,
+            # another thread is readable only within the caller's resource; this one has none
             {
-                "code": "thread_scope",
-                "message": "this record is thread-scoped: recall can only read the current thread",
-                "details": {},
+                "code": "thread_not_found",
+                "message": "no thread 'another'",
+                "details": {"thread_id": "another"},
             },
         ),
         (

@@ -187,7 +187,7 @@ def test_unreachable_provider_is_transient_and_bounded(sleeps: RecordingSleep) -
         model="openai/gpt-4o-mini",
         messages=MESSAGES,
         purpose="observation",
-        provider_options={"openai": {"baseURL": "http://127.0.0.1:9/v1"}},
+        settings={"apiBase": "http://127.0.0.1:9/v1"},
     )
     with pytest.raises(TransientModelError) as excinfo:
         gateway.complete(request)

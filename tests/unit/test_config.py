@@ -580,8 +580,11 @@ def test_extractor_metadata_key_path_can_be_set_or_disabled() -> None:
 @pytest.mark.parametrize(
     ("extractor", "option", "rule_part"),
     [
-        ({"name": "User Profile", "instructions": "x"}, "observation.extract[0].name", "slug"),
+        ({"name": "!!!", "instructions": "x"}, "observation.extract[0].name", "slug"),
+        ({"name": "2FA codes", "instructions": "x"}, "observation.extract[0].name", "starts with a letter"),
         ({"name": "current-task", "instructions": "x"}, "observation.extract[0].name", "reserved"),
+        ({"name": "Current Task", "instructions": "x"}, "observation.extract[0].name", "reserved"),
+        ({"name": "Thread", "instructions": "x"}, "observation.extract[0].name", "reserved"),
         ({"name": "a", "instructions": "  "}, "observation.extract[0].instructions", "empty"),
         (
             {"name": "a", "instructions": "x", "schema": "object"},

@@ -112,3 +112,35 @@ def test_degenerate_candidates_are_never_chosen_even_when_smaller() -> None:
         model, config(), SOURCE, target_tokens=5, buffered=False, prior_values={}, start_level=0
     )
     assert "looping" not in result.text and result.text.count("kept fact") == 29
+
+
+def test_reflection_continuation_hints_reach_the_result_and_can_be_turned_off() -> None:
+    answer = (
+        observations(2)
+        + "\n<current-task>\nPlanning the Lisbon trip\n</current-task>"
+        + "\n<suggested-response>\nAsk which dates suit Priya.\n</suggested-response>"
+    )
+    seen: list[str] = []
+
+    class Recording(ScriptedReflector):
+        def complete(self, request: ModelRequest) -> ModelResponse:
+            seen.append(str(request.messages[0]["content"]))
+            return super().complete(request)
+
+    on = reflect_observations(
+        Recording([answer]), config(), SOURCE, target_tokens=10_000, buffered=False, prior_values={}
+    )
+    # the suggested response is taken; the current task is not (Mastra ignores the Reflector's)
+    assert on.suggested_response == "Ask which dates suit Priya."
+    assert "<current-task>" in seen[-1]
+    off_config = parse_memory_config(
+        {"model": "om-local/extractive", "reflection": {"continuationHints": False}}
+    )
+    reflect_observations(
+        Recording([answer]), off_config, SOURCE, target_tokens=10_000, buffered=False, prior_values={}
+    )
+    assert "<current-task>" not in seen[-1], "the Reflector is not asked for hints"
+    buffered = reflect_observations(
+        Recording([observations(2)]), config(), SOURCE, target_tokens=10_000, buffered=True, prior_values={}
+    )
+    assert "<current-task>" not in seen[-1] and buffered.suggested_response is None

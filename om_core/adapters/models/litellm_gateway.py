@@ -14,13 +14,14 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
 from om_core.adapters.models.model_ids import (
     OM_LOCAL_PROVIDER,
     PROVIDERS,
+    api_base_from_env,
     api_key_from_env,
     check_model_credentials,
     provider_of,
@@ -33,6 +34,7 @@ from om_core.application.ports import (
     EmbeddingRequest,
     EmbeddingResponse,
     ModelConfigurationError,
+    ModelError,
     ModelGateway,
     ModelRequest,
     ModelResponse,
@@ -48,6 +50,7 @@ __all__ = [
     "chat_error",
     "check_model_credentials",
     "completion_kwargs",
+    "fallback_route",
     "is_transient",
     "load_litellm",
 ]
@@ -64,8 +67,11 @@ MODEL_SETTINGS: Mapping[str, str] = {
     "stopSequences": "stop",
     "seed": "seed",
     "headers": "extra_headers",
+    "apiBase": "api_base",
 }
 _RETRY_SETTING = "maxRetries"
+# the models to try after the request's own, with their retry bounds (a model list; see fallback_route)
+_FALLBACKS_SETTING = "fallbacks"
 
 
 def _snake(name: str) -> str:
@@ -76,6 +82,12 @@ _SETTING_ALIASES: Mapping[str, str] = {
     **{key: key for key in (*MODEL_SETTINGS, _RETRY_SETTING)},
     **{_snake(key): key for key in (*MODEL_SETTINGS, _RETRY_SETTING)},
 }
+
+# Where a call goes and with which key come from modelSettings.apiBase and the server's environment only: a
+# thread's providerOptions naming them could send the server's API key to an address of its choosing.
+_CONNECTION_OPTIONS = frozenset({"api_base", "base_url", "api_key"})
+# The OpenAI client will not start without a key, though a local OpenAI-compatible server checks none.
+_UNCHECKED_API_KEY = "no-key"
 
 _RETRYABLE_STATUS = frozenset({408, 425, 429})
 _NETWORK_MESSAGES = re.compile(
@@ -186,13 +198,42 @@ def completion_kwargs(request: ModelRequest) -> tuple[dict[str, Any], int | None
     if provider == OM_LOCAL_PROVIDER:
         kwargs["omLocal"] = dict(options or {})
     elif options:
-        kwargs.update(_translate_provider_options(provider, options))
+        translated = _translate_provider_options(provider, options)
+        if refused := sorted(_CONNECTION_OPTIONS.intersection(translated)):
+            raise ModelConfigurationError(
+                f"providerOptions.{options_key}: {', '.join(refused)} cannot be set here; "
+                "the server's modelSettings.apiBase says where a model is served"
+            )
+        kwargs.update(translated)
     if request.response_schema is not None:
         kwargs["response_format"] = {
             "type": "json_schema",
             "json_schema": {"name": _schema_name(request.response_schema), "schema": request.response_schema},
         }
     return kwargs, max_retries
+
+
+def fallback_route(request: ModelRequest) -> list[ModelRequest]:
+    """``request``, then one request per entry of its ``fallbacks`` setting (``[{model, maxRetries}]``,
+    a model list), each entry's ``maxRetries`` replacing the request's own."""
+    fallbacks = request.settings.get(_FALLBACKS_SETTING)
+    if fallbacks is None:
+        return [request]
+    if not isinstance(fallbacks, list | tuple):
+        raise ModelConfigurationError(f"the fallbacks setting must be a list, got {fallbacks!r}")
+    base = {key: value for key, value in request.settings.items() if key != _FALLBACKS_SETTING}
+    route = [replace(request, settings=base)]
+    without_retries = {k: v for k, v in base.items() if _SETTING_ALIASES.get(k) != _RETRY_SETTING}
+    for entry in fallbacks:
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("model"), str):
+            raise ModelConfigurationError(f"a fallback must be {{model, maxRetries?}}, got {entry!r}")
+        settings = dict(without_retries)
+        if entry.get(_RETRY_SETTING) is not None:
+            settings[_RETRY_SETTING] = entry[_RETRY_SETTING]
+        else:
+            settings.update({k: v for k, v in base.items() if _SETTING_ALIASES.get(k) == _RETRY_SETTING})
+        route.append(replace(request, model=entry["model"], settings=settings))
+    return route
 
 
 def _status_of(exc: BaseException) -> int | None:
@@ -263,11 +304,46 @@ class LiteLLMGateway(ModelGateway, ChatModels):
         self._environ = environ
 
     def complete(self, request: ModelRequest) -> ModelResponse:
+        """The call, and when its model still fails after its retries, the same call to each model of the
+        ``fallbacks`` setting in turn (a model list), each with its own ``maxRetries``. ``attempts`` and
+        ``latency_ms`` cover every model tried; ``model`` is the one that answered."""
+        route = fallback_route(request)
+        started = time.perf_counter()
+        attempts = 0
+        for index, candidate in enumerate(route):
+            last = index == len(route) - 1
+            try:
+                response = self._complete_one(candidate)
+            except ModelError as exc:
+                attempts += exc.attempts
+                if last:
+                    exc.attempts = attempts
+                    raise
+                continue
+            except ModelConfigurationError:
+                # a key removed after the config was accepted: the next model may still be callable
+                if last:
+                    raise
+                continue
+            if index == 0:
+                return response
+            return replace(
+                response,
+                attempts=attempts + response.attempts,
+                latency_ms=(time.perf_counter() - started) * 1000,
+            )
+        raise AssertionError("a route has at least one model")
+
+    def _complete_one(self, request: ModelRequest) -> ModelResponse:
         kwargs, retries_override = completion_kwargs(request)
         provider = provider_of(request.model)
+        api_base = kwargs.get("api_base") or api_base_from_env(provider, self._environ)
         # Checked here rather than left to litellm, which reports some missing keys as retryable errors.
-        check_model_credentials([request.model], self._environ)
+        check_model_credentials([request.model], self._environ, api_base=api_base)
         api_key = api_key_from_env(provider, self._environ)
+        if api_base is not None:
+            kwargs["api_base"] = api_base
+            api_key = api_key or _UNCHECKED_API_KEY
         if api_key is not None:
             kwargs["api_key"] = api_key
         litellm = load_litellm()

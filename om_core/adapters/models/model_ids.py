@@ -23,6 +23,8 @@ class ProviderInfo:
     options_key: str
     # Every variable litellm or the AI SDK reads for this provider, in lookup order; empty for keyless ones.
     api_key_env: tuple[str, ...]
+    # The variables litellm reads for where the provider's API is served, when not at the provider itself.
+    api_base_env: tuple[str, ...] = ()
 
 
 PROVIDERS: Mapping[str, ProviderInfo] = {
@@ -30,7 +32,7 @@ PROVIDERS: Mapping[str, ProviderInfo] = {
     "google": ProviderInfo(
         "gemini", "google", ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GENERATIVE_AI_API_KEY")
     ),
-    "openai": ProviderInfo("openai", "openai", ("OPENAI_API_KEY",)),
+    "openai": ProviderInfo("openai", "openai", ("OPENAI_API_KEY",), ("OPENAI_BASE_URL", "OPENAI_API_BASE")),
     "anthropic": ProviderInfo("anthropic", "anthropic", ("ANTHROPIC_API_KEY",)),
     "openrouter": ProviderInfo("openrouter", "openrouter", ("OPENROUTER_API_KEY",)),
     "groq": ProviderInfo("groq", "groq", ("GROQ_API_KEY",)),
@@ -82,19 +84,39 @@ def api_key_from_env(provider: str, environ: Mapping[str, str] | None = None) ->
     return None
 
 
-def missing_api_key(mastra_id: str, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The variables one of which must be set before ``mastra_id`` can be called; empty when it can."""
+def api_base_from_env(provider: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The first non-empty variable set for where ``provider``'s API is served (``OPENAI_BASE_URL``)."""
+    env = os.environ if environ is None else environ
+    for name in PROVIDERS[provider].api_base_env:
+        value = env.get(name, "").strip()
+        if value:
+            return value
+    return None
+
+
+def missing_api_key(
+    mastra_id: str, environ: Mapping[str, str] | None = None, *, api_base: str | None = None
+) -> tuple[str, ...]:
+    """The variables one of which must be set before ``mastra_id`` can be called; empty when it can.
+
+    A model served elsewhere (``api_base``, or the provider's base URL variable) needs no key: a local
+    OpenAI-compatible server (llama.cpp, Ollama, vLLM) asks for none, and one that does answers 401."""
     provider = provider_of(mastra_id)
+    if api_base is not None or api_base_from_env(provider, environ) is not None:
+        return ()
     needed = PROVIDERS[provider].api_key_env
     return needed if needed and api_key_from_env(provider, environ) is None else ()
 
 
-def check_model_credentials(model_ids: Iterable[str], environ: Mapping[str, str] | None = None) -> None:
-    """Fail fast at start-up when a configured cloud model has no API key in the environment."""
+def check_model_credentials(
+    model_ids: Iterable[str], environ: Mapping[str, str] | None = None, *, api_base: str | None = None
+) -> None:
+    """Fail fast at start-up when a configured cloud model has no API key in the environment; models
+    served at ``api_base`` need none."""
     problems = [
         f"model {mastra_id!r} needs {' or '.join(needed)} to be set"
         for mastra_id in dict.fromkeys(model_ids)
-        if (needed := missing_api_key(mastra_id, environ))
+        if (needed := missing_api_key(mastra_id, environ, api_base=api_base))
     ]
     if problems:
         raise ModelConfigurationError(

@@ -37,6 +37,11 @@ from om_core.domain.prompts import (
     REFLECTOR_PRIOR_VALUES_HEADING,
     REFLECTOR_TARGET_LINE,
     TRANSCRIPT_END_MARKER,
+    WORKING_MEMORY_EMPTY,
+    WORKING_MEMORY_HEADING,
+    WORKING_MEMORY_SCHEMA_HEADING,
+    WORKING_MEMORY_TEMPLATE_END,
+    WORKING_MEMORY_TEMPLATE_HEADING,
 )
 from om_core.domain.thresholds import MAX_COMPRESSION_LEVEL
 from om_core.domain.tokens import make_tokenizer
@@ -876,12 +881,121 @@ def _matching_sentence(sentences: Sequence[str], keywords: Sequence[str]) -> str
     return None
 
 
+_LABEL_LINE = re.compile(r"^(\s*[-*]\s*\*\*(.+?)\*\*:)[ \t]*(.*)$")
+_OWN_NAME = re.compile(
+    r"\b(?:my name is|my name's|call me|i am|i'm)\s+([A-Z][\w'-]+)(?:\s+([A-Z][\w'-]+))?", re.I
+)
+# what a user says of each label of Mastra's default template; other labels are matched by their words
+_LABEL_CUES: dict[str, tuple[str, ...]] = {
+    "location": ("live", "based", "moved", "moving", "relocat"),
+    "occupation": ("work", "job", "profession", "engineer", "developer", "teacher", "employed"),
+    "interests": ("like", "love", "enjoy", "hobby", "interested", "passion"),
+    "goals": ("goal", "plan", "want", "hope", "intend"),
+    "events": ("wedding", "birthday", "trip", "appointment", "anniversary", "event"),
+    "projects": ("project", "building"),
+}
+_LABEL_CUES |= {"city": _LABEL_CUES["location"], "home": _LABEL_CUES["location"]}
+_LABEL_CUES |= {"job": _LABEL_CUES["occupation"], "hobbies": _LABEL_CUES["interests"]}
+_FACT_CLAUSES = re.compile(r",\s+|;\s+|\s+(?:and|but)\s+(?=(?:i|i'm|my|we|our)\b)", re.I)
+
+
+def _fact_line(sentence: str) -> str:
+    return third_person(_essential(_trimmed(sentence), 22)).rstrip(".")
+
+
+def _label_value(label: str, facts: Sequence[str]) -> tuple[str, str] | None:
+    """(value, the fact it comes from): the newest thing the user said of ``label``, their own name for a
+    name, else a fact that mentions the label's words, as a line about the user."""
+    key = label.strip().lower()
+    if key.endswith("name"):
+        for sentence in reversed(facts):
+            named = _OWN_NAME.search(sentence)
+            if named is None or not named.group(1)[0].isupper():
+                continue
+            last: str | None = named.group(2) if named.group(2) and named.group(2)[0].isupper() else None
+            value = last if key.startswith("last") else str(named.group(1))
+            return (value, sentence) if value else None
+        return None
+    mentioned = _matching_sentence(facts, _LABEL_CUES.get(key) or _keywords(label))
+    return None if mentioned is None else (_fact_line(mentioned), mentioned)
+
+
+def _markdown_working_memory(template: str, current: str | None, facts: Sequence[str]) -> str:
+    """The template's labelled lines (or the current document's) with what the transcript tells of each;
+    a "Facts" line gathers the facts no other label took, the newest five."""
+    out: list[str] = []
+    used: set[str] = set()
+    facts_line: int | None = None
+    for line in (current or template).strip("\n").splitlines():
+        labelled = _LABEL_LINE.match(line)
+        found = None
+        if labelled is not None and labelled.group(2).strip().lower() == "facts":
+            facts_line = len(out)
+        elif labelled is not None:
+            found = _label_value(labelled.group(2), facts)
+        if labelled is None or found is None:
+            out.append(line.rstrip())
+            continue
+        used.add(found[1])
+        out.append(f"{labelled.group(1)} {found[0]}")
+    rest = [_fact_line(f) for f in facts if f not in used]
+    labelled = _LABEL_LINE.match(out[facts_line]) if facts_line is not None else None
+    if labelled is not None and facts_line is not None and rest:
+        known = [v.strip() for v in labelled.group(3).split(";") if v.strip()]
+        out[facts_line] = f"{labelled.group(1)} {'; '.join(list(dict.fromkeys([*known, *rest]))[-5:])}"
+    return "\n".join(out)
+
+
+def _json_working_memory(schema_text: str, current: str | None, facts: Sequence[str]) -> str | None:
+    """The current object with each string property the transcript tells of set to what it says."""
+    try:
+        schema = json.loads(schema_text)
+        document = json.loads(current) if current else {}
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(schema, dict) or not isinstance(document, dict):
+        return None
+    for name, spec in (schema.get("properties") or {}).items():
+        if isinstance(spec, dict) and spec.get("type", "string") == "string":
+            label = re.sub(r"(?<=[a-z])(?=[A-Z])|[_-]+", " ", name)
+            found = _label_value(label, facts)
+            if found is not None:
+                document[name] = found[0]
+    return json.dumps(document, ensure_ascii=False)
+
+
+def _working_memory_update(user_prompt: str, system_prompt: str, user_sentences: Sequence[str]) -> str | None:
+    """The ``<working-memory>`` answer when the request asks for one and the document changes."""
+    current = _section(user_prompt, WORKING_MEMORY_HEADING, [OBSERVER_HISTORY_HEADING])
+    if current is None:
+        return None
+    current = None if current.strip() == WORKING_MEMORY_EMPTY else current.strip()
+    # one label takes one clause of what the user said of themselves, not the whole sentence
+    facts = [
+        clause.strip()
+        for sentence in user_sentences
+        if classify_user_sentence(sentence) == "fact"
+        for clause in _FACT_CLAUSES.split(sentence)
+        if len(clause.split()) >= 3
+    ]
+    schema = _section(system_prompt, WORKING_MEMORY_SCHEMA_HEADING, [WORKING_MEMORY_TEMPLATE_END])
+    if schema is not None:
+        updated = _json_working_memory(schema, current, facts)
+    else:
+        template = _section(system_prompt, WORKING_MEMORY_TEMPLATE_HEADING, [WORKING_MEMORY_TEMPLATE_END])
+        updated = _markdown_working_memory(template or "", current, facts)
+    if updated is None or updated.strip() == (current or "").strip() or not facts:
+        return None
+    return updated
+
+
 def observe_transcript(user_prompt: str, system_prompt: str) -> str:
     """The Observer's reply to a request built by ``om_core.domain.prompts.build_observer_request``."""
     transcript = _section(user_prompt, OBSERVER_HISTORY_HEADING, [TRANSCRIPT_END_MARKER])
     if transcript is None:
         raise OmLocalRequestError(f"observer request without a {OBSERVER_HISTORY_HEADING!r} section")
-    metadata = _section(user_prompt, PRIOR_METADATA_HEADING, [OBSERVER_HISTORY_HEADING]) or ""
+    metadata_ends = [WORKING_MEMORY_HEADING, OBSERVER_HISTORY_HEADING]
+    metadata = _section(user_prompt, PRIOR_METADATA_HEADING, metadata_ends) or ""
     prior = _metadata_values(metadata)
     wants_title = re.search(r"^<thread-title>\s*$", system_prompt, re.M) is not None
     previous = _section(user_prompt, PREVIOUS_OBSERVATIONS_HEADING, [PRIOR_METADATA_HEADING]) or ""
@@ -925,6 +1039,9 @@ def observe_transcript(user_prompt: str, system_prompt: str) -> str:
             value = next((v for k, v in prior.items() if k == slug.lower()), None)
         if value is not None:
             tail += [f"<{slug}>", value, f"</{slug}>"]
+    document = _working_memory_update(user_prompt, system_prompt, user_sentences)
+    if document is not None:
+        tail += ["<working-memory>", document, "</working-memory>"]
     return "\n".join(out + tail)
 
 

@@ -130,7 +130,6 @@ def _import_litellm() -> ModuleType:
     os.environ.setdefault("LITELLM_LOG", "ERROR")
     import litellm
 
-    from om_core.adapters.models.om_local_chat import register_om_local_chat
     from om_core.adapters.models.om_local_llm import register_om_local
 
     litellm.telemetry = False
@@ -140,7 +139,6 @@ def _import_litellm() -> ModuleType:
     for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
         logging.getLogger(name).setLevel(logging.ERROR)
     register_om_local(litellm)
-    register_om_local_chat(litellm)
     return litellm
 
 

@@ -6,7 +6,7 @@ one when the latest user message says ``call <tool>`` (optionally followed by a 
 or when ``tool_choice`` demands a call; after a tool result it reports the result. It streams in small
 chunks, a tool call's arguments split in two, as providers do. No latency, no randomness.
 
-Imports litellm (its handler base class), so only ``load_litellm`` imports this module.
+Imports litellm (its response types); the ``om-local`` handler (``om_local_llm``) serves it.
 """
 
 from __future__ import annotations
@@ -15,16 +15,13 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import httpx
-from litellm.llms.custom_llm import CustomLLM
 from litellm.types.llms.openai import ChatCompletionToolCallChunk
 from litellm.types.utils import (
     ChatCompletionMessageToolCall,
-    EmbeddingResponse,
     Function,
     GenericStreamingChunk,
     ModelResponse,
@@ -210,149 +207,32 @@ def reply_chunks(reply: ChatReply) -> Iterator[GenericStreamingChunk]:
     }
 
 
-class OmLocalChatLLM(CustomLLM):
-    """The ``om-local`` handler: serves ``om-local/chat`` and passes every other local model to the handler
-    that was installed before it."""
-
-    def __init__(self, others: CustomLLM) -> None:
-        super().__init__()
-        self._others = others
-
-    def completion(
-        self,
-        model: str,
-        messages: list[Any],
-        api_base: str,
-        custom_prompt_dict: dict[str, Any],
-        model_response: ModelResponse,
-        print_verbose: Callable[..., Any],
-        encoding: Any,
-        api_key: Any,
-        logging_obj: Any,
-        optional_params: dict[str, Any],
-        acompletion: Any = None,
-        litellm_params: Any = None,
-        logger_fn: Any = None,
-        headers: dict[str, Any] | None = None,
-        timeout: float | httpx.Timeout | None = None,
-        client: Any = None,
-    ) -> ModelResponse:
-        if model != CHAT_MODEL:
-            result: ModelResponse = self._others.completion(
-                model=model,
-                messages=messages,
-                api_base=api_base,
-                custom_prompt_dict=custom_prompt_dict,
-                model_response=model_response,
-                print_verbose=print_verbose,
-                encoding=encoding,
-                api_key=api_key,
-                logging_obj=logging_obj,
-                optional_params=optional_params,
-                acompletion=acompletion,
-                litellm_params=litellm_params,
-                logger_fn=logger_fn,
-                headers=headers or {},
-                timeout=timeout,
-                client=client,
+def chat_completion(
+    messages: list[Any], optional_params: Mapping[str, Any], model_response: ModelResponse
+) -> ModelResponse:
+    """``model_response`` filled with the chat model's answer (the ``om-local`` handler's completion)."""
+    reply = reply_to(messages, optional_params.get("tools"), optional_params.get("tool_choice"))
+    choice = model_response.choices[0]
+    choice.message.content = reply.text
+    if reply.tool_calls:
+        choice.message.tool_calls = [
+            ChatCompletionMessageToolCall(
+                id=call["id"], type="function", function=Function(**call["function"])
             )
-            return result
-        reply = reply_to(messages, optional_params.get("tools"), optional_params.get("tool_choice"))
-        choice = model_response.choices[0]
-        choice.message.content = reply.text
-        if reply.tool_calls:
-            choice.message.tool_calls = [
-                ChatCompletionMessageToolCall(
-                    id=call["id"], type="function", function=Function(**call["function"])
-                )
-                for call in reply.tool_calls
-            ]
-        choice.finish_reason = reply.finish_reason
-        model_response.model = FULL_NAME
-        usage = Usage(
-            prompt_tokens=reply.prompt_tokens,
-            completion_tokens=reply.completion_tokens,
-            total_tokens=reply.prompt_tokens + reply.completion_tokens,
-        )
-        setattr(model_response, "usage", usage)  # noqa: B010 - Usage is not a declared field of ModelResponse
-        return model_response
-
-    def streaming(
-        self,
-        model: str,
-        messages: list[Any],
-        api_base: str,
-        custom_prompt_dict: dict[str, Any],
-        model_response: ModelResponse,
-        print_verbose: Callable[..., Any],
-        encoding: Any,
-        api_key: Any,
-        logging_obj: Any,
-        optional_params: dict[str, Any],
-        acompletion: Any = None,
-        litellm_params: Any = None,
-        logger_fn: Any = None,
-        headers: dict[str, Any] | None = None,
-        timeout: float | httpx.Timeout | None = None,
-        client: Any = None,
-    ) -> Iterator[GenericStreamingChunk]:
-        if model != CHAT_MODEL:
-            chunks: Iterator[GenericStreamingChunk] = self._others.streaming(
-                model=model,
-                messages=messages,
-                api_base=api_base,
-                custom_prompt_dict=custom_prompt_dict,
-                model_response=model_response,
-                print_verbose=print_verbose,
-                encoding=encoding,
-                api_key=api_key,
-                logging_obj=logging_obj,
-                optional_params=optional_params,
-                acompletion=acompletion,
-                litellm_params=litellm_params,
-                logger_fn=logger_fn,
-                headers=headers or {},
-                timeout=timeout,
-                client=client,
-            )
-            return chunks
-        reply = reply_to(messages, optional_params.get("tools"), optional_params.get("tool_choice"))
-        return reply_chunks(reply)
-
-    def embedding(
-        self,
-        model: str,
-        input: list[Any],
-        model_response: EmbeddingResponse,
-        print_verbose: Callable[..., Any],
-        logging_obj: Any,
-        optional_params: dict[str, Any],
-        api_key: str | None = None,
-        api_base: str | None = None,
-        timeout: float | httpx.Timeout | None = None,
-        litellm_params: Any = None,
-    ) -> EmbeddingResponse:
-        result: EmbeddingResponse = self._others.embedding(
-            model=model,
-            input=input,
-            model_response=model_response,
-            print_verbose=print_verbose,
-            logging_obj=logging_obj,
-            optional_params=optional_params,
-            api_key=api_key,
-            api_base=api_base,
-            timeout=timeout,
-            litellm_params=litellm_params,
-        )
-        return result
+            for call in reply.tool_calls
+        ]
+    choice.finish_reason = reply.finish_reason
+    model_response.model = FULL_NAME
+    usage = Usage(
+        prompt_tokens=reply.prompt_tokens,
+        completion_tokens=reply.completion_tokens,
+        total_tokens=reply.prompt_tokens + reply.completion_tokens,
+    )
+    setattr(model_response, "usage", usage)  # noqa: B010 - Usage is not a declared field of ModelResponse
+    return model_response
 
 
-def register_om_local_chat(litellm_module: Any) -> None:
-    """Put ``om-local/chat`` in front of the ``om-local`` handler already in ``litellm.custom_provider_map``
-    (``register_om_local``), which keeps serving the other local models."""
-    entries = list(litellm_module.custom_provider_map)
-    for index, entry in enumerate(entries):
-        handler = entry.get("custom_handler")
-        if entry.get("provider") == OM_LOCAL_PROVIDER and not isinstance(handler, OmLocalChatLLM):
-            entries[index] = {"provider": OM_LOCAL_PROVIDER, "custom_handler": OmLocalChatLLM(handler)}
-    litellm_module.custom_provider_map = entries
+def chat_stream(messages: list[Any], optional_params: Mapping[str, Any]) -> Iterator[GenericStreamingChunk]:
+    """The chat model's answer as litellm's streaming chunks (the ``om-local`` handler's streaming)."""
+    reply = reply_to(messages, optional_params.get("tools"), optional_params.get("tool_choice"))
+    return reply_chunks(reply)

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 from litellm.exceptions import BadRequestError, RateLimitError, ServiceUnavailableError
 from litellm.llms.custom_llm import CustomLLM
-from litellm.types.utils import EmbeddingResponse, ModelResponse, Usage
+from litellm.types.utils import EmbeddingResponse, GenericStreamingChunk, ModelResponse, Usage
 
 from om_core.adapters.models.model_ids import OM_LOCAL_PROVIDER
 from om_core.adapters.models.om_local import (
@@ -21,10 +21,12 @@ from om_core.adapters.models.om_local import (
     hashing_embedding,
     respond,
 )
+from om_core.adapters.models.om_local_chat import CHAT_MODEL, chat_completion, chat_stream
 
 
 class OmLocalLLM(CustomLLM):
-    """Serves ``om-local/*`` completions; failures surface as litellm's own HTTP-status exceptions."""
+    """Serves ``om-local/*``: the extractive model's and the chat model's completions, the chat model's
+    streams and the hashing embedder; failures surface as litellm's own HTTP-status exceptions."""
 
     def completion(
         self,
@@ -46,6 +48,8 @@ class OmLocalLLM(CustomLLM):
         client: Any = None,
     ) -> ModelResponse:
         full_model = f"{OM_LOCAL_PROVIDER}/{model}"
+        if model == CHAT_MODEL:
+            return chat_completion(messages, optional_params, model_response)
         if model == HASHING_EMBEDDER:
             raise BadRequestError(
                 message=f"{full_model} embeds; the local chat model is {OM_LOCAL_PROVIDER}/extractive",
@@ -74,6 +78,34 @@ class OmLocalLLM(CustomLLM):
         )
         setattr(model_response, "usage", usage)  # noqa: B010 - Usage is not a declared field of ModelResponse
         return model_response
+
+    def streaming(
+        self,
+        model: str,
+        messages: list[Any],
+        api_base: str,
+        custom_prompt_dict: dict[str, Any],
+        model_response: ModelResponse,
+        print_verbose: Callable[..., Any],
+        encoding: Any,
+        api_key: Any,
+        logging_obj: Any,
+        optional_params: dict[str, Any],
+        acompletion: Any = None,
+        litellm_params: Any = None,
+        logger_fn: Any = None,
+        headers: dict[str, Any] | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        client: Any = None,
+    ) -> Iterator[GenericStreamingChunk]:
+        if model != CHAT_MODEL:
+            full_model = f"{OM_LOCAL_PROVIDER}/{model}"
+            raise BadRequestError(
+                message=f"{full_model} does not stream; {OM_LOCAL_PROVIDER}/{CHAT_MODEL} does",
+                model=full_model,
+                llm_provider=OM_LOCAL_PROVIDER,
+            )
+        return chat_stream(messages, optional_params)
 
     def embedding(
         self,

@@ -23,26 +23,8 @@ from om_core.application.streams import tenant_of
 from om_core.application.task_requests import webhook_request
 from om_core.domain.config import MemoryConfig, Webhook
 from om_core.domain.envelope import NewEvent, TaskRequest
-from om_core.domain.events import (
-    ChunksActivated,
-    DomainEvent,
-    ObservationBufferCompleted,
-    ObservationBufferFailed,
-    ObservationBufferRequested,
-    ObservationBufferStale,
-    ReflectionActivated,
-    ReflectionBuffered,
-    ReflectionCompleted,
-    ReflectionFailed,
-    ReflectionRequested,
-    ReflectionStale,
-    SyncObservationCompleted,
-    SyncObservationFailed,
-    SyncObservationStale,
-    SyncObservationStarted,
-    ThreadTitleChanged,
-)
-from om_core.domain.parts import parts_for_events
+from om_core.domain.events import DomainEvent
+from om_core.domain.parts import LIFECYCLE_EVENTS, parts_for_events
 from om_core.domain.state import initial_state
 from om_core.domain.webhooks import (
     EVENT_HEADER,
@@ -54,26 +36,6 @@ from om_core.domain.webhooks import (
     lifecycle_names,
     sign,
     webhook_body,
-)
-
-# the events that have data parts, hence lifecycle events (om_core/domain/parts.py)
-_NOTIFYING = (
-    ObservationBufferRequested,
-    ObservationBufferCompleted,
-    ObservationBufferFailed,
-    ObservationBufferStale,
-    SyncObservationStarted,
-    SyncObservationCompleted,
-    SyncObservationFailed,
-    SyncObservationStale,
-    ReflectionRequested,
-    ReflectionBuffered,
-    ReflectionCompleted,
-    ReflectionFailed,
-    ReflectionStale,
-    ChunksActivated,
-    ReflectionActivated,
-    ThreadTitleChanged,
 )
 
 
@@ -100,7 +62,7 @@ def webhook_tasks(
     compare-and-set fails anyway, and its retry asks again: nothing is planned for it.
     """
     hooks = profile_webhooks(deps.profile)
-    if not hooks or not any(isinstance(event, _NOTIFYING) for event in events):
+    if not hooks or not any(isinstance(event, LIFECYCLE_EVENTS) for event in events):
         return []
     before = load_state(deps.records, deps.store, stream_id, deps.states)
     if before.version != base_version:

@@ -116,6 +116,26 @@ _NEEDS_PRIOR = (
     ReflectionBuffered,
     *_DISPLACES,
 )
+# Events with a lifecycle part of their own (start, end, failure, activation, thread update): what a
+# webhook can be told about
+LIFECYCLE_EVENTS = (
+    ObservationBufferRequested,
+    ObservationBufferCompleted,
+    ObservationBufferFailed,
+    ObservationBufferStale,
+    SyncObservationStarted,
+    SyncObservationCompleted,
+    SyncObservationFailed,
+    SyncObservationStale,
+    ReflectionRequested,
+    ReflectionBuffered,
+    ReflectionCompleted,
+    ReflectionFailed,
+    ReflectionStale,
+    ChunksActivated,
+    ReflectionActivated,
+    ThreadTitleChanged,
+)
 # Events after which the status object can change: a status part follows each of them on the live stream.
 _CHANGES_STATUS = (
     MessageAppended,

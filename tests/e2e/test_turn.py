@@ -14,6 +14,7 @@ from om_api.client import AsyncOMClient, OMClient, OMError
 from om_api.demo.conversation import synthetic_conversation
 from om_api.schemas import OpenAITurnOut, TurnOut
 from om_core.application.deps import Deps
+from om_core.application.projections import rebuild_projections
 from om_core.application.streams import thread_stream_id
 from testing.processes import serve_in_thread
 
@@ -111,6 +112,8 @@ def test_the_clients_turn_and_background_replies_keep_the_order(server: tuple[st
         ]
 
     assert asyncio.run(drive()) == expected
+    # every stream folds from its events to exactly its stored state
+    assert rebuild_projections(deps.records, deps.store, verify_only=True).mismatched == []
 
 
 def test_a_failed_background_append_surfaces_at_the_next_turn(server: tuple[str, Deps]) -> None:

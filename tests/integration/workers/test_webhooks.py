@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from om_core.application.append import append_messages
 from om_core.application.context import get_context
+from om_core.application.projections import rebuild_projections
 from om_core.domain.config import parse_memory_config
 from om_core.domain.events import from_recorded
 from om_core.domain.parts import parts_for_events
@@ -211,6 +212,7 @@ def test_every_lifecycle_event_is_delivered_signed_once_per_id(
     chunks = [r for r in ends if not r.body["data"].get("discarded")]
     assert chunks and all(r.body["data"]["usage"]["model"] == "om-local/extractive" for r in chunks)
     assert _metric(port, "om_webhook_deliveries_total", result="delivered") >= len(expected)
+    assert rebuild_projections(cluster.deps.records, cluster.deps.store, verify_only=True).mismatched == []
 
 
 def test_a_receiver_that_is_down_gets_every_event_once_it_is_back(
@@ -240,3 +242,5 @@ def test_a_receiver_that_is_down_gets_every_event_once_it_is_back(
     # nothing more arrives under an id the stream does not stand for, and nothing failed for good
     assert receiver.ids() == set(expected)
     assert _metric(port, "om_webhook_deliveries_total", result="failed") == 0
+    # every stream folds from its events to exactly its stored state
+    assert rebuild_projections(cluster.deps.records, cluster.deps.store, verify_only=True).mismatched == []

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from om_api.client import AsyncOMClient, OMClient, OMError
 from om_api.demo.conversation import synthetic_conversation
 from om_api.schemas import OpenAITurnOut, TurnOut
+from om_core.adapters.inline_dispatcher import InlineDispatcher
 from om_core.application.deps import Deps
 from om_core.application.projections import rebuild_projections
 from om_core.application.streams import thread_stream_id
@@ -22,11 +23,11 @@ from .conftest import AUTH_A, PROFILE, build
 
 
 @pytest.fixture(scope="module")
-def server(pg_url: str) -> Iterator[tuple[str, Deps]]:
+def server(pg_url: str) -> Iterator[tuple[str, Deps, InlineDispatcher]]:
     app, deps, dispatcher = build(pg_url)
     try:
         with serve_in_thread(app, lifespan="on") as base:
-            yield base, deps
+            yield base, deps, dispatcher
     finally:
         dispatcher.close()
 
@@ -88,8 +89,10 @@ def test_a_bad_turn_stores_nothing(client: TestClient) -> None:
     assert client.get("/v1/threads/turn-bad/context", headers=AUTH_A).status_code == 404
 
 
-def test_the_clients_turn_and_background_replies_keep_the_order(server: tuple[str, Deps]) -> None:
-    url, deps = server
+def test_the_clients_turn_and_background_replies_keep_the_order(
+    server: tuple[str, Deps, InlineDispatcher],
+) -> None:
+    url, deps, dispatcher = server
     turns = list(synthetic_conversation(12, seed=9))
     with OMClient(url, "key-alpha") as om:
         for turn in turns:
@@ -112,12 +115,17 @@ def test_the_clients_turn_and_background_replies_keep_the_order(server: tuple[st
         ]
 
     assert asyncio.run(drive()) == expected
+    # the Observer's background thread may still be committing: a fold read between its events and its
+    # record row would compare two different versions
+    dispatcher.drain()
     # every stream folds from its events to exactly its stored state
     assert rebuild_projections(deps.records, deps.store, verify_only=True).mismatched == []
 
 
-def test_a_failed_background_append_surfaces_at_the_next_turn(server: tuple[str, Deps]) -> None:
-    url, _ = server
+def test_a_failed_background_append_surfaces_at_the_next_turn(
+    server: tuple[str, Deps, InlineDispatcher],
+) -> None:
+    url, _, _ = server
     with OMClient(url, "key-alpha") as om:
         om.turn("turn-fail", [{"id": "u1", "role": "user", "content": "hello"}])
         om.append_in_background("turn-fail", [{"id": "u1", "role": "user", "content": "changed"}])

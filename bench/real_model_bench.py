@@ -3,13 +3,13 @@
     scripts/real-model.sh bench [--messages 80] [--style help] [--seed 11] [--database-url URL]
     om bench real-model          (with the real-model extra and OM_REAL_MODEL_GGUF, as the script sets)
 
-What runs: SmolLM2-135M-Instruct (Q4_1 GGUF) on a loopback llama.cpp server (xllamacpp; threads: every core,
-or ``OM_REAL_MODEL_THREADS``), reached through litellm as ``openai/smollm2`` with ``modelSettings.apiBase``;
-a deployed ``om serve`` and one ``om worker`` over Postgres; a conversation from ``testing/generator.py``
-appended message by message (each after the cycles then open have ended, as an agent's turns wait on its
-own model), then one context read. The profile is ``testing/real_model.py``'s: messageTokens 1,200,
-bufferTokens 0.5, observationTokens 700, maxOutputTokens 256 (Observer) and 384 (Reflector), failurePolicy
-continue.
+What runs: SmolLM2-135M-Instruct (Q4_1 GGUF) on a loopback llama.cpp server (xllamacpp; threads: every core
+but one, or ``OM_REAL_MODEL_THREADS``), reached through litellm as ``openai/smollm2`` with
+``modelSettings.apiBase``; a deployed ``om serve`` and one ``om worker`` over Postgres; a conversation from
+``testing/generator.py`` appended message by message (each after the cycles then open have ended, as an
+agent's turns wait on its own model), then one context read. The profile is ``testing/real_model.py``'s:
+messageTokens 1,200, bufferTokens 0.5, observationTokens 700, maxOutputTokens 256 (Observer) and 384
+(Reflector), failurePolicy continue.
 
 Reported: every cycle (kind, how it ended, latency, tokens in and out, the parser's verdict on each answer),
 the verdicts counted, per-call latency and token figures, the compression (message tokens observed per

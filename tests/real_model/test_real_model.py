@@ -5,7 +5,8 @@ llama.cpp server, reached through litellm as any OpenAI-compatible server is (``
 Its answers are poor (it copies, invents and ignores the format), which is the point: the path a real
 deployment takes, with real latency and output that does not follow the prompt, must still end every cycle
 in a commit or a recorded failure, lose no message and observe none twice. Run by scripts/real-model.sh,
-which installs the server and the model; skipped without them.
+which installs the server and the model, and by scripts/test.sh under CI=true, which tries that install
+first; skipped without them.
 """
 
 from __future__ import annotations

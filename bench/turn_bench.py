@@ -14,8 +14,8 @@ its own:
 - ``turn``: ``POST …/turn`` (one request), then the reply's append;
 - ``proxy``: ``POST /v1/chat/completions`` with the keyless local chat model ``om-local/chat`` (one request:
   om appends the message, builds the context, calls the model and appends its reply), sending only the new
-  message; beside it the same model called directly through the same gateway in this process, whose time is
-  subtracted to give the proxy's overhead;
+  message; beside it the same model called directly through the same gateway in this process, after the
+  same pause, whose time is subtracted to give the proxy's overhead;
 - ``inline_sqlite`` / ``inline_postgres``: the same turn in-process, ``take_turn`` and ``append_messages``
   on ``build_inline`` (its inline executor runs model work on a background thread).
 
@@ -159,9 +159,10 @@ def openai_message(message: dict[str, Any]) -> dict[str, Any]:
     return {"role": message["role"], "content": text}
 
 
-def direct_chat_ms(conversation: Conversation, calls: int = 60) -> dict[str, float]:
-    """The local chat model called directly through the gateway, in this process: what the proxy adds is
-    its time minus this."""
+def direct_chat_ms(conversation: Conversation, pause_s: float, calls: int = 60) -> dict[str, float]:
+    """The local chat model called directly through the gateway, in this process, after the same pause
+    as the proxy's turns (a call made back to back runs on warm caches and is faster): what the proxy adds
+    is its time minus this."""
     from om_core.adapters.models.litellm_gateway import LiteLLMGateway
     from om_core.application.ports import ChatCall
 
@@ -169,6 +170,7 @@ def direct_chat_ms(conversation: Conversation, calls: int = 60) -> dict[str, flo
     samples = []
     for turn in conversation.turns[:calls]:
         call = ChatCall(model=CHAT_MODEL, messages=[openai_message(turn.user)])
+        time.sleep(pause_s)
         began = time.perf_counter()
         gateway.chat(call)
         samples.append((time.perf_counter() - began) * 1000)
@@ -293,7 +295,7 @@ def main() -> None:
         report["floor_after_a_pause"] = measured.pop("floor")
         report["modes"].update(measured)
     if "proxy" in modes:
-        direct = direct_chat_ms(conversation)
+        direct = direct_chat_ms(conversation, pause_s)
         proxy = report["modes"]["proxy"]["critical_path_ms"]
         report["proxy_overhead"] = {
             "direct_model_call_ms": direct,

@@ -7,6 +7,7 @@ view, the actor's optimised view) or tag parts of it (retrieval groups).
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import html
 import re
@@ -284,7 +285,13 @@ def optimize_observations_for_context(text: str, now: datetime) -> str:
     groups far apart, and expands ``(meaning …)``/``(estimated …)`` dates, flagging planned events whose
     date has passed as likely done. ``now`` is read in its own zone.
     """
-    today = now.date()
+    return _optimized_for_day(text, now.date())
+
+
+# Every read renders every log segment, and a segment never changes once written: what it renders to
+# changes only with the day, so one rendering per segment and day serves every read of that day.
+@functools.lru_cache(maxsize=256)
+def _optimized_for_day(text: str, today: date) -> str:
     lines = [_clean_line(line) for line in _drop_low_priority(text.split("\n"))]
     out: list[str] = []
     previous_date: date | None = None

@@ -40,7 +40,7 @@ from om_core.adapters.store.base import (
     json_loads,
 )
 from om_core.adapters.store.schema import events, messages, outbox
-from om_core.application.ports import StoreUnavailableError
+from om_core.application.ports import ConcurrencyError, DuplicateEventError, StoreUnavailableError
 from om_core.domain.envelope import (
     NewEvent,
     RecordedEvent,
@@ -103,20 +103,30 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
         try:
             rows = self._run_on_driver(sql, parameters)
         except psycopg.IntegrityError as error:
-            failure: Exception | None = error
+            violated = _violated_key(error)
+            if violated not in (schema.EVENTS_STREAM_VERSION_KEY, schema.EVENTS_EVENT_ID_KEY):
+                with self._engine.connect() as conn:
+                    raise self._append_failure(
+                        conn, violated, stream_id, new_events, expected.version, message_rows
+                    ) from None
             rows = []
-        else:
-            failure = None
-        if failure is not None or not rows:
-            with self._engine.connect() as conn:
-                if failure is None:
-                    raise self._conflict(conn, stream_id, new_events, expected.version)
-                raise self._append_failure(
-                    conn, _violated_key(failure), stream_id, new_events, expected.version, message_rows
-                ) from None
+        if not rows:
+            # the compare-and-set failed (no rows), or another writer took the next version or the event id
+            raise self._lost_race(stream_id, new_events, expected.version) from None
         if len(rows) == 1:
             return [rows[0][0]]
         return [position for position, _ in sorted(rows, key=lambda row: row[1])]
+
+    def _lost_race(self, stream_id: str, new_events: Sequence[NewEvent], expected: int) -> Exception:
+        """``_conflict`` in one statement on the driver. An API process loses the compare-and-set (the
+        stream's next version is taken) each time a worker committed to the thread since its last append,
+        so this is on many turns' path."""
+        ((stored, version),) = self._run_on_driver(
+            _POSTGRES_LOST_RACE_SQL, ([e.event_id for e in new_events], stream_id)
+        )
+        if stored:
+            return DuplicateEventError([str(i) for i in stored])
+        return ConcurrencyError(stream_id, expected, int(version))
 
     def _run_on_driver(self, sql: str, parameters: Sequence[Any]) -> list[tuple[Any, ...]]:
         """Run one statement on the pooled driver connection (Postgres), committed; return its rows.
@@ -314,6 +324,43 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
         return StoredSnapshot(
             state, version, position, log, None if state is None else _window_from_json(stream_id, window)
         )
+
+    def read_messages(
+        self,
+        stream_id: str,
+        *,
+        thread_id: str | None = None,
+        cursor: int | None = None,
+        backward: bool = False,
+        limit: int = 50,
+    ) -> list[StoredMessage]:
+        # the proxy reads a thread's tail on every request: on the driver, as appends and state reads are
+        parameters: list[Any] = [stream_id]
+        if thread_id is not None:
+            parameters.append(thread_id)
+        if cursor is not None:
+            parameters.append(cursor)
+        parameters.append(limit)
+        sql = _postgres_read_messages_sql(thread_id is not None, cursor is not None, backward)
+        rows = self._run_on_driver(sql, tuple(parameters))
+        if backward:
+            rows.reverse()
+        return [
+            StoredMessage(
+                stream_id=row[0],
+                message_id=row[1],
+                seq=row[2],
+                stream_version=row[3],
+                thread_id=row[4],
+                resource_id=row[5],
+                role=row[6],
+                created_at=row[7].astimezone(UTC),
+                tokens=row[8],
+                content_hash=row[9],
+                message=json_loads(row[10]),
+            )
+            for row in rows
+        ]
 
     @staticmethod
     def _record_upsert() -> sa.Insert:
@@ -580,6 +627,29 @@ _POSTGRES_SNAPSHOT_SQL = (
     " m.content_hash, m.message) ORDER BY m.seq)::text"
     " FROM om_messages m WHERE m.stream_id = r.stream_id AND m.seq > r.observed_seq) END"
     " FROM om_records r WHERE stream_id = %s::text"
+)
+
+
+@functools.cache
+def _postgres_read_messages_sql(by_thread: bool, with_cursor: bool, backward: bool) -> str:
+    """A page of ``read_messages``, with positional parameters: stream id, then the thread id and the
+    cursor when they narrow it, then the limit."""
+    where = "stream_id = %s::text"
+    if by_thread:
+        where += " AND thread_id = %s::text"
+    if with_cursor:
+        where += f" AND seq {'<' if backward else '>'} %s::bigint"
+    return (
+        "SELECT stream_id, message_id, seq, stream_version, thread_id, resource_id, role, created_at, tokens,"
+        f" content_hash, message::text FROM om_messages WHERE {where}"
+        f" ORDER BY seq{' DESC' if backward else ''} LIMIT %s::bigint"
+    )
+
+
+# What a lost compare-and-set found: the new events already stored (a repeat), and the stream's version.
+_POSTGRES_LOST_RACE_SQL = (
+    "SELECT array(SELECT event_id FROM om_events WHERE event_id = ANY(%s::uuid[])),"
+    " (SELECT coalesce(max(stream_version), 0) FROM om_events WHERE stream_id = %s::text)"
 )
 
 _RECORD_UPSERT_SET = (

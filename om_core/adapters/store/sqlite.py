@@ -6,10 +6,12 @@ then run the same writes as Postgres does, as separate statements.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from om_core.adapters.store.base import (
     SqlEventStore,
     _Expected,
     _MessageRow,
+    _Precompiled,
     _record_params,
     _tenant,
     _unavailable_on_connection_errors,
@@ -36,6 +39,7 @@ from om_core.adapters.store.base import (
     stored_message,
 )
 from om_core.adapters.store.schema import events, messages, outbox, records
+from om_core.application.ports import StoreUnavailableError
 from om_core.domain.envelope import NewEvent, RecordedEvent, StateSnapshot, StoredSnapshot, TaskRequest
 from om_core.domain.upcasting import Upcasters
 
@@ -105,77 +109,41 @@ class SqliteEventStore(SqlEventStore, dialect="sqlite"):
         tasks: Sequence[TaskRequest],
         message_rows: list[_MessageRow],
     ) -> list[int]:
-        with self._write_lock, self._engine.connect() as conn:
-            conn.execution_options(om_write=True)
+        # On the driver's connection, as on Postgres: building, compiling and binding these statements
+        # through SQLAlchemy cost several times what SQLite takes to run them.
+        failure: Exception | None
+        with self._write_lock:
             try:
-                with conn.begin():
-                    if not _at_expected(conn, stream_id, expected):
-                        raise _Conflict
-                    result = conn.execute(
-                        sa.insert(events).returning(events.c.global_position, sort_by_parameter_order=True),
-                        [
-                            {
-                                "stream_id": stream_id,
-                                "stream_version": expected.version + i,
-                                "event_id": e.event_id,
-                                "event_type": e.event_type,
-                                "schema_version": e.schema_version,
-                                "data": e.data,
-                                "metadata": e.metadata,
-                            }
-                            for i, e in enumerate(new_events, start=1)
-                        ],
+                raw = self._engine.raw_connection()
+            except sqlite3.OperationalError as error:  # raw_connection passes connect errors on unwrapped
+                raise StoreUnavailableError(str(error)) from error
+            try:
+                driver = raw.driver_connection
+                assert isinstance(driver, sqlite3.Connection)
+                statements = (self._statement(self._record_upsert), self._statement(_sqlite_insert_tasks))
+                try:
+                    return _write_append(
+                        driver, statements, stream_id, new_events, expected, snapshot, tasks, message_rows
                     )
-                    positions = list(result.scalars())
-                    if snapshot is not None:
-                        self._statement(self._record_upsert).execute(
-                            conn, _record_params(stream_id, snapshot, expected.version + len(new_events))
-                        )
-                    if message_rows:
-                        tenant = _tenant(stream_id, snapshot)
-                        default_resource = snapshot.resource_id if snapshot is not None else None
-                        conn.execute(
-                            sa.insert(messages),
-                            [
-                                {
-                                    "stream_id": stream_id,
-                                    "tenant": tenant,
-                                    "message_id": m.message_id,
-                                    "seq": m.seq,
-                                    "stream_version": m.stream_version,
-                                    "thread_id": m.thread_id,
-                                    "resource_id": m.resource_id or default_resource,
-                                    "role": m.role,
-                                    "created_at": m.created_at,
-                                    "tokens": m.tokens,
-                                    "content_hash": m.content_hash,
-                                    "message": m.message,
-                                    "search": m.search,
-                                }
-                                for m in message_rows
-                            ],
-                        )
-                    if tasks:
-                        self._statement(_sqlite_insert_tasks).executemany(
-                            conn,
-                            [
-                                {
-                                    "key": t.key,
-                                    "stream_id": stream_id,
-                                    "task_name": t.task_name,
-                                    "queue": t.queue,
-                                    "payload": json_dumps(t.payload),
-                                }
-                                for t in tasks
-                            ],
-                        )
+                except BaseException:
+                    if driver.in_transaction:
+                        driver.execute("ROLLBACK")
+                    raise
             except _Conflict:
-                raise self._conflict(conn, stream_id, new_events, expected.version) from None
-            except sa.exc.IntegrityError as error:
+                failure = None
+            except sqlite3.IntegrityError as error:
+                failure = error
+            except (sqlite3.OperationalError, sqlite3.InterfaceError) as error:
+                raw.invalidate(error)
+                raise StoreUnavailableError(str(error)) from error
+            finally:
+                raw.close()
+            with self._engine.connect() as conn:
+                if failure is None:
+                    raise self._conflict(conn, stream_id, new_events, expected.version)
                 raise self._append_failure(
-                    conn, _violated_key(error.orig), stream_id, new_events, expected.version, message_rows
+                    conn, _violated_key(failure), stream_id, new_events, expected.version, message_rows
                 ) from None
-        return positions
 
     # --- reading events ------------------------------------------------------------------------------
 
@@ -284,16 +252,108 @@ class _Conflict(Exception):
     """Internal: the SQLite version check failed inside the write transaction."""
 
 
-def _at_expected(conn: Connection, stream_id: str, expected: _Expected) -> bool:
-    head = conn.execute(
-        sa.select(events.c.stream_version, events.c.global_position)
-        .where(events.c.stream_id == stream_id)
-        .order_by(events.c.stream_version.desc())
-        .limit(1)
-    ).first()
+_HEAD_SQL = (
+    "SELECT stream_version, global_position FROM om_events WHERE stream_id = ? "
+    "ORDER BY stream_version DESC LIMIT 1"
+)
+_INSERT_EVENT_SQL = (
+    "INSERT INTO om_events (stream_id, stream_version, event_id, event_type, schema_version, data, metadata) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING global_position"
+)
+_INSERT_MESSAGE_SQL = (
+    "INSERT INTO om_messages (stream_id, message_id, seq, stream_version, tenant, thread_id, resource_id, "
+    "role, created_at, tokens, content_hash, message, search) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _write_append(
+    driver: sqlite3.Connection,
+    statements: tuple[_Precompiled, _Precompiled],
+    stream_id: str,
+    new_events: Sequence[NewEvent],
+    expected: _Expected,
+    snapshot: StateSnapshot | None,
+    tasks: Sequence[TaskRequest],
+    message_rows: list[_MessageRow],
+) -> list[int]:
+    """An append's statements (with the record upsert and outbox insert compiled for the engine) in one
+    ``BEGIN IMMEDIATE`` transaction, committed; raises _Conflict when the stream is not where ``expected``
+    says, an IntegrityError when a row breaks a key.
+
+    Values are bound as the tables' types bind them (schema.py): uuids and times as text, documents as
+    JSON text.
+    """
+    record_upsert, insert_tasks = statements
+    driver.execute("BEGIN IMMEDIATE")
+    head = driver.execute(_HEAD_SQL, (stream_id,)).fetchone()
     if head is None:
-        return expected.version == 0
-    return head.stream_version == expected.version and expected.position in (None, head.global_position)
+        at_expected = expected.version == 0
+    else:
+        at_expected = head[0] == expected.version and expected.position in (None, head[1])
+    if not at_expected:
+        raise _Conflict
+    positions = [
+        int(
+            driver.execute(
+                _INSERT_EVENT_SQL,
+                (
+                    stream_id,
+                    version,
+                    str(e.event_id),
+                    e.event_type,
+                    e.schema_version,
+                    json_dumps(e.data),
+                    json_dumps(e.metadata),
+                ),
+            ).fetchone()[0]
+        )
+        for version, e in enumerate(new_events, start=expected.version + 1)
+    ]
+    if snapshot is not None:
+        record = _record_params(stream_id, snapshot, expected.version + len(new_events))
+        driver.execute(record_upsert.sql, record_upsert.parameters(record))
+    if message_rows:
+        tenant = _tenant(stream_id, snapshot)
+        default_resource = snapshot.resource_id if snapshot is not None else None
+        driver.executemany(
+            _INSERT_MESSAGE_SQL,
+            [
+                (
+                    stream_id,
+                    m.message_id,
+                    m.seq,
+                    m.stream_version,
+                    tenant,
+                    m.thread_id,
+                    m.resource_id or default_resource,
+                    m.role,
+                    m.created_at.astimezone(UTC).isoformat(timespec="microseconds"),
+                    m.tokens,
+                    m.content_hash,
+                    json_dumps(m.message),
+                    m.search,
+                )
+                for m in message_rows
+            ],
+        )
+    if tasks:
+        driver.executemany(
+            insert_tasks.sql,
+            [
+                insert_tasks.parameters(
+                    {
+                        "key": t.key,
+                        "stream_id": stream_id,
+                        "task_name": t.task_name,
+                        "queue": t.queue,
+                        "payload": json_dumps(t.payload),
+                    }
+                )
+                for t in tasks
+            ],
+        )
+    driver.execute("COMMIT")
+    return positions
 
 
 def _violated_key(error: BaseException | None) -> str | None:

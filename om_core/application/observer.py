@@ -43,6 +43,7 @@ from om_core.domain.prompts import (
     WorkingMemorySpec,
     build_extractor_request,
     build_observer_request,
+    instructions_of,
 )
 from om_core.domain.state import RecordState, WindowMessage
 from om_core.domain.transcript import (
@@ -362,6 +363,7 @@ def _call_observer(
             thread_title_enabled=config.observation.thread_title and not multi_thread,
             multi_thread=multi_thread,
             working_memory=working_memory is not None,
+            instructions=instructions_of(request),
         )
         tally.verdicts.append(answer_verdict(response.text, parsed))
         if not _observed_anything(parsed):

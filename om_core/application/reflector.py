@@ -27,7 +27,7 @@ from om_core.domain.observer_output import (
     parse_observer_output,
     validate_compression,
 )
-from om_core.domain.prompts import build_reflector_request
+from om_core.domain.prompts import build_reflector_request, instructions_of
 
 
 class ReflectorFailedError(RuntimeError):
@@ -156,6 +156,7 @@ def _reflect(
             thread_title_enabled=False,
             multi_thread=False,
             reflector=True,
+            instructions=instructions_of(request),
         )
         tally.verdicts.append(answer_verdict(response.text, parsed))
         text = parsed.observations.strip()

@@ -31,6 +31,11 @@ OUTPUT_TAGS = ("observations", "extracted-values", *BUILT_IN_SLUGS, WORKING_MEMO
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+\S")
 _DATE_HEADER = re.compile(r"^\s*Date:\s*\S")
+_PRIORITY = re.compile(r"^\s*(?:🔴|🟡|🟢|✅)")
+# list markers, priorities, "(14:30)" times and quotes, which a copy may add or leave out
+_ECHO_MARKUP = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+|🔴|🟡|🟢|✅|\(\d{1,2}:\d{2}\)|[\"'`]")
+# a copied line this long is a copy, not a coincidence
+ECHO_MIN_CHARS = 24
 _ANCHOR_ID = re.compile(r"\[O\d+(?:-N\d+)?\]\s?")
 _THREAD_TAG = re.compile(r"</?thread\b[^>]*>")
 _ID_ATTRIBUTE = re.compile(r"""\bid\s*=\s*(?:"(?P<double>[^"]*)"|'(?P<single>[^']*)'|(?P<bare>[^\s>]+))""")
@@ -207,7 +212,12 @@ def _sanitize(text: str) -> str:
 
 
 def _fallback_lines(text: str, whole_text: bool) -> str:
-    """Observation-like lines of a reply that has no ``<observations>`` block."""
+    """Observation-like lines of a reply that has no ``<observations>`` block.
+
+    The Reflector's reply may be its condensed log written without the tags: it is kept whole, but only
+    when it holds an observation at all (a list item, a date header, a priority marker). A reply such as
+    "I'm ready to help" is no reflection, and taking it would replace the whole log with nothing.
+    """
     document = _Document(text)
     kept = [
         line
@@ -215,7 +225,27 @@ def _fallback_lines(text: str, whole_text: bool) -> str:
         if not fenced and (_LIST_ITEM.match(line) or _DATE_HEADER.match(line))
     ]
     if not any(_LIST_ITEM.match(line) for line in kept):
-        return text if whole_text else ""
+        if whole_text and any(_LIST_ITEM.match(line) or _PRIORITY.match(line) for line in document.lines):
+            return text
+        return ""
+    return "\n".join(kept)
+
+
+def _echo_key(line: str) -> str:
+    """A line's words, without its list marker, priority, time and case: what two copies share."""
+    return " ".join(_ECHO_MARKUP.sub(" ", line).lower().split())
+
+
+def _without_echoes(text: str, instructions: str) -> str:
+    """``text`` less the lines that copy the instructions the model was given (their format rules, their
+    examples): a small model repeats its prompt, and such a line is never an observation of the
+    conversation. Short lines are kept, since a few words may well be said in both."""
+    if not instructions:
+        return text
+    source = "\n".join(_echo_key(line) for line in instructions.split("\n"))
+    kept = [
+        line for line in text.split("\n") if len(key := _echo_key(line)) < ECHO_MIN_CHARS or key not in source
+    ]
     return "\n".join(kept)
 
 
@@ -315,6 +345,7 @@ def parse_observer_output(
     multi_thread: bool = False,
     reflector: bool = False,
     working_memory: bool = False,
+    instructions: str = "",
 ) -> ObserverOutput:
     """Parse an Observer (or, with ``reflector``, a Reflector) reply.
 
@@ -324,7 +355,8 @@ def parse_observer_output(
     ``<observations>`` block the list-item lines are kept (the Reflector falls back to the whole reply).
     The Reflector's current task is never taken: it describes the past the reflection condensed. With
     ``working_memory`` the ``<working-memory>`` section is the document's update, wherever it was written
-    (it is never part of the observations).
+    (it is never part of the observations). Lines copying ``instructions`` (the system prompt the model was
+    given) are dropped.
     """
     if detect_degenerate_repetition(text):
         return ObserverOutput("", degenerate=True)
@@ -357,7 +389,9 @@ def parse_observer_output(
             hints = _take_hints(thread_document, stop_tags)
             thread = ThreadObservations(
                 thread_id=thread_id,
-                observations=_sanitize(_strip_thread_tags(thread_document.text())),
+                observations=_sanitize(
+                    _without_echoes(_strip_thread_tags(thread_document.text()), instructions)
+                ),
                 current_task=None if reflector else hints.current_task,
                 suggested_response=hints.suggested_response,
                 thread_title=hints.thread_title if thread_title_enabled else None,
@@ -377,7 +411,7 @@ def parse_observer_output(
     for slug in BUILT_IN_SLUGS:
         failures.pop(slug, None)
     return ObserverOutput(
-        observations=_sanitize(observations),
+        observations=_sanitize(_without_echoes(observations, instructions)),
         current_task=None if reflector else current_task,
         suggested_response=suggested,
         thread_title=title if thread_title_enabled else None,

@@ -327,6 +327,11 @@ def _attachment_content(attachment: TranscriptAttachment) -> dict[str, Any]:
     return {"type": "file", "file": file}
 
 
+def instructions_of(request: Sequence[ChatMessage]) -> str:
+    """The system message of a request built here: what an answer that copies its prompt copies."""
+    return "\n".join(str(m["content"]) for m in request if m["role"] == "system")
+
+
 def build_observer_request(
     transcript: str,
     *,

@@ -9,6 +9,7 @@ from om_core.domain.observer_output import (
     validate_compression,
     validate_extracted_value,
 )
+from om_core.domain.prompts import build_observer_request, instructions_of
 
 
 def test_parses_all_sections() -> None:
@@ -314,3 +315,31 @@ def test_unclosed_block_followed_by_closed_block() -> None:
 def test_leading_and_trailing_code_blocks_are_not_taken_for_a_wrapper() -> None:
     reply = "```xml\n<a/>\n```\n<observations>\n* 🔴 (10:00) fact\n</observations>\n```\nfoo\n```"
     assert parse_observer_output(reply).observations == "* 🔴 (10:00) fact"
+
+
+def test_lines_copied_from_the_prompt_are_not_observations() -> None:
+    # what SmolLM2-135M answered: the instructions' own list, and their example, as "observations"
+    request = build_observer_request("User: I moved to Porto last week.")
+    instructions = instructions_of(request)
+    example = next(line for line in instructions.split("\n") if "Lisbon in two weeks" in line)
+    copied = example.lstrip("* ").replace("🔴 ", "")
+    reply = f"- {copied}\n* 🔴 (09:00) User moved to Porto last week"
+    output = parse_observer_output(reply, instructions=instructions)
+    assert output.observations == "* 🔴 (09:00) User moved to Porto last week"
+    only_copies = parse_observer_output(
+        f"<observations>\n{example}\n</observations>", instructions=instructions
+    )
+    assert only_copies.observations == ""
+    # short lines may be said in both, and without the instructions nothing is judged a copy
+    assert parse_observer_output("* 🔴 User has a dog", instructions="* 🔴 User has a dog").observations
+    assert parse_observer_output(reply).observations.count("\n") == 1
+
+
+def test_a_reflector_reply_without_any_observation_is_no_reflection() -> None:
+    # a chat reply would otherwise replace the whole log
+    assert (
+        parse_observer_output("I'm ready to help. What's the next task?", reflector=True).observations == ""
+    )
+    # the condensed log written without tags or bullets is still a reflection
+    plain = "Date: May 15, 2023\n🔴 (14:30) User has two cats\n🟡 User likes tea"
+    assert parse_observer_output(plain, reflector=True).observations == plain

@@ -91,6 +91,11 @@ USAGE_COST = Counter(
     "Cost in US dollars of recorded cycles, where the provider prices it",
     _USAGE_LABELS,
 )
+USAGE_VERDICTS = Counter(
+    "om_usage_verdicts_total",
+    "What the parser made of each Observer and Reflector answer (parsed, repaired, degenerate, empty)",
+    [*_USAGE_LABELS, "verdict"],
+)
 WEBHOOK_DELIVERIES = Counter(
     "om_webhook_deliveries_total",
     "Webhook delivery attempts by result (delivered, retried, failed, erased, unsubscribed)",
@@ -121,6 +126,8 @@ def count_usage(events: Sequence[NewEvent]) -> None:
         USAGE_TOKENS.labels(**labels, direction="output").inc(usage.output_tokens)
         if usage.cost_usd is not None:
             USAGE_COST.labels(**labels).inc(usage.cost_usd)
+        for verdict in usage.verdicts:
+            USAGE_VERDICTS.labels(**labels, verdict=verdict).inc()
 
 
 def _count_replay(_stream_id: str, reason: str) -> None:

@@ -35,6 +35,7 @@ from om_core.application.task_requests import (
 )
 from om_core.application.webhooks import Delivery, DeliveryOutcome, WebhookDeliveryError, deliver_webhook
 from om_core.application.work import run_task
+from om_core.domain.config import WebhookSecretError
 from om_core.settings import ServerSettings
 from om_workers import metrics
 from om_workers.beat import LOCK_RELAY, sweep
@@ -46,7 +47,9 @@ from om_workers.settings import WorkerSettings
 log = logging.getLogger(__name__)
 
 RETRYABLE: tuple[type[BaseException], ...] = (StoreUnavailableError, OperationalError)
-DELIVERY_RETRYABLE: tuple[type[BaseException], ...] = (WebhookDeliveryError, *RETRYABLE)
+# a secret the worker cannot read is the operator's to fix: retried with backoff meanwhile, as when the
+# receiver is down
+DELIVERY_RETRYABLE: tuple[type[BaseException], ...] = (WebhookDeliveryError, WebhookSecretError, *RETRYABLE)
 _RUNTIMES: list[WorkerRuntime] = []
 
 

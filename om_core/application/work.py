@@ -14,11 +14,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from om_core.application.configuration import counter_for, record_config
+from om_core.application.configuration import counter_for
 from om_core.application.decisions import plan_decisions, request_event_id
 from om_core.application.deps import Deps
 from om_core.application.observer import ObserverFailedError, observe_messages
 from om_core.application.ports import DuplicateEventError, ModelConfigurationError, ModelError
+from om_core.application.profiles import config_of
 from om_core.application.reflector import ReflectorFailedError, reflect_observations
 from om_core.application.repository import load_state
 from om_core.application.task_requests import (
@@ -43,6 +44,7 @@ from om_core.domain.events import (
     SyncObservationFailed,
     SyncObservationStale,
     ThreadTitleChanged,
+    Usage,
     effect_event_id,
 )
 from om_core.domain.observer_output import thread_title_accepted
@@ -97,7 +99,7 @@ def _record_outcome(
         state = load_state(deps.records, deps.store, stream_id, deps.states)
         if not _of_this_lineage(deps, state, cycle_id):
             return _erased(stream_id, cycle_id)
-        config = record_config(deps.profile, state)
+        config = config_of(deps, state)
         events = build(state)
         plan = Plan(state)
         result = WorkOutcome.COMPLETED
@@ -201,8 +203,13 @@ def _run_observation(deps: Deps, stream_id: str, cycle_id: str, kind: _Observati
     def valid(s: RecordState) -> bool:
         return s.in_flight(cycle_id, kind.flight) is not None
 
-    def stale(s: RecordState) -> DomainEvent:
-        return kind.stale(cycle_id=cycle_id, reason=kind.stale_reason, at=format_time(deps.clock()))
+    def stale_after(usage: Usage | None) -> Callable[[RecordState], DomainEvent]:
+        # what the discarded answer cost still counts: its calls were made and billed
+        return lambda s: kind.stale(
+            cycle_id=cycle_id, reason=kind.stale_reason, usage=usage, at=format_time(deps.clock())
+        )
+
+    stale = stale_after(None)
 
     state = load_state(deps.records, deps.store, stream_id, deps.states)
     if state.version == 0:
@@ -211,7 +218,7 @@ def _run_observation(deps: Deps, stream_id: str, cycle_id: str, kind: _Observati
     if flight is None:
         # already done (a redelivery: the stale record collides with the stored outcome) or superseded
         return _record_outcome(deps, stream_id, cycle_id, lambda s: None, stale=stale)
-    config = record_config(deps.profile, state)
+    config = config_of(deps, state)
     if kind.buffered:
         _mark_started(deps, stream_id, cycle_id)
     messages = [m for m in state.window if flight.from_seq <= m.seq <= flight.to_seq]
@@ -229,7 +236,7 @@ def _run_observation(deps: Deps, stream_id: str, cycle_id: str, kind: _Observati
             failed_at=format_time(deps.clock()),
         )
         return _record_outcome(
-            deps, stream_id, cycle_id, lambda s: [failed] if valid(s) else None, stale=stale
+            deps, stream_id, cycle_id, lambda s: [failed] if valid(s) else None, stale=stale_after(exc.usage)
         )
     completed = kind.completed(
         cycle_id=cycle_id,
@@ -255,7 +262,7 @@ def _run_observation(deps: Deps, stream_id: str, cycle_id: str, kind: _Observati
         stream_id,
         cycle_id,
         lambda s: [completed, *_title_events(s, result.thread_title, cycle_id, deps)] if valid(s) else None,
-        stale=stale,
+        stale=stale_after(result.usage),
     )
 
 
@@ -310,7 +317,7 @@ def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
         return _record_outcome(
             deps, stream_id, cycle_id, lambda s: None, stale=_reflection_stale(cycle_id, deps)
         )
-    config = record_config(deps.profile, state)
+    config = config_of(deps, state)
     counter = counter_for(config)
     source = "\n".join(state.log_lines()[: flight.line_count])
     source_tokens = counter.count_text(source)
@@ -340,7 +347,7 @@ def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
             stream_id,
             cycle_id,
             lambda s: [failed] if _reflection_in_flight(s, cycle_id) is not None else None,
-            stale=_reflection_stale(cycle_id, deps),
+            stale=_reflection_stale(cycle_id, deps, exc.usage),
         )
     duration = (time.monotonic() - started) * 1000
 
@@ -388,7 +395,9 @@ def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
             )
         ]
 
-    return _record_outcome(deps, stream_id, cycle_id, outcome, stale=_reflection_stale(cycle_id, deps))
+    return _record_outcome(
+        deps, stream_id, cycle_id, outcome, stale=_reflection_stale(cycle_id, deps, result.usage)
+    )
 
 
 def _reflection_in_flight(state: RecordState, cycle_id: str) -> ReflectionInFlight | None:
@@ -398,7 +407,12 @@ def _reflection_in_flight(state: RecordState, cycle_id: str) -> ReflectionInFlig
     return flight if flight is not None and flight.generation == state.generation else None
 
 
-def _reflection_stale(cycle_id: str, deps: Deps) -> Callable[[RecordState], DomainEvent]:
+def _reflection_stale(
+    cycle_id: str, deps: Deps, usage: Usage | None = None
+) -> Callable[[RecordState], DomainEvent]:
     return lambda s: ReflectionStale(
-        cycle_id=cycle_id, reason="the log changed generation meanwhile", at=format_time(deps.clock())
+        cycle_id=cycle_id,
+        reason="the log changed generation meanwhile",
+        usage=usage,
+        at=format_time(deps.clock()),
     )

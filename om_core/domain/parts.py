@@ -21,8 +21,8 @@ Buffer-run starts, extraction and bookkeeping events have no Mastra counterpart:
 
 Every ``-end`` and ``-failed`` part carries the cycle's ``usage``, as Mastra's end hooks do: the model, the
 tokens in and out, the cost, the time spent in model calls and the number of calls (retries included), for
-a failure too (what its calls cost before it failed). A discarded ``-end`` has ``usage: null``: what its
-cycle spent was never recorded by the event that closed it.
+a failure too (what its calls cost before it failed). A discarded ``-end`` has the usage of the cycle's own
+stale result when that closed it, else ``usage: null`` (another cycle took over before it answered).
 
 Every start is closed exactly once. A cycle is open while it holds its slot in the state (buffer, sync,
 reflection in flight); the event that takes it out of its slot closes it. Its own result does so with the
@@ -36,7 +36,7 @@ for a whole stream; ``erased_parts`` closes what an erasure left in flight (no e
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -187,7 +187,9 @@ def event_parts(
     if before is None or not isinstance(event, _DISPLACES):
         return own
     at, reason = _displacement(event)
-    return [*_discarded(before, after, at, reason, ids), *own]
+    # a stale result closes its own cycle, and records what its calls cost
+    spent = {event.cycle_id: event.usage} if isinstance(event, StaleOutcome) and event.usage else {}
+    return [*_discarded(before, after, at, reason, ids, spent), *own]
 
 
 def erased_parts(state: RecordState, at: str) -> list[Part]:
@@ -561,7 +563,12 @@ def _displacement(event: SyncObservationStarted | ReflectionRequested | StaleOut
 
 
 def _discarded(
-    before: RecordState, after: RecordState, at: str, reason: str, ids: dict[str, Any]
+    before: RecordState,
+    after: RecordState,
+    at: str,
+    reason: str,
+    ids: dict[str, Any],
+    spent: Mapping[str, Usage] | None = None,
 ) -> list[Part]:
     """The closing part of each cycle that was in flight in ``before`` and no longer is in ``after``.
 
@@ -571,19 +578,38 @@ def _discarded(
     """
     verdict = {"discarded": True, "reason": reason}
     parts: list[Part] = []
+    usage_of = (spent or {}).get
     buffer = before.buffer_in_flight
     if buffer is not None and after.in_flight(buffer.cycle_id) is None:
         # bufferedTokens keeps its meaning, what is buffered after the cycle: the chunks that were there
         outcome = _unbuffered(after.chunk_observation_tokens, verdict)
         duration = _since(buffer.requested_at, at)
         parts.append(
-            _end_part(BUFFERING_END, buffer.cycle_id, "observation", at, duration, outcome, ids, usage=None)
+            _end_part(
+                BUFFERING_END,
+                buffer.cycle_id,
+                "observation",
+                at,
+                duration,
+                outcome,
+                ids,
+                usage=usage_of(buffer.cycle_id),
+            )
         )
     sync = before.sync_in_flight
     if sync is not None and after.in_flight(sync.cycle_id) is None:
         outcome, duration = _unobserved(verdict), _since(sync.started_at, at)
         parts.append(
-            _end_part(OBSERVATION_END, sync.cycle_id, "observation", at, duration, outcome, ids, usage=None)
+            _end_part(
+                OBSERVATION_END,
+                sync.cycle_id,
+                "observation",
+                at,
+                duration,
+                outcome,
+                ids,
+                usage=usage_of(sync.cycle_id),
+            )
         )
     reflecting = before.reflection_in_flight
     if reflecting is not None and after.in_flight(reflecting.cycle_id) is None:
@@ -592,7 +618,16 @@ def _discarded(
         part_type = BUFFERING_END if buffered else OBSERVATION_END
         duration = _since(reflecting.requested_at, at)
         parts.append(
-            _end_part(part_type, reflecting.cycle_id, "reflection", at, duration, outcome, ids, usage=None)
+            _end_part(
+                part_type,
+                reflecting.cycle_id,
+                "reflection",
+                at,
+                duration,
+                outcome,
+                ids,
+                usage=usage_of(reflecting.cycle_id),
+            )
         )
     return parts
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from om_core.domain.events import UNRECORDED_USAGE, Usage
 
 Operation = Literal["observation", "reflection"]
-Outcome = Literal["completed", "failed"]
+Outcome = Literal["completed", "failed", "stale"]
 
 # every event that ends an Observer or Reflector cycle with its usage, by stored event type
 _OUTCOMES: dict[str, tuple[Operation, Outcome]] = {
@@ -20,6 +20,10 @@ _OUTCOMES: dict[str, tuple[Operation, Outcome]] = {
     "ReflectionBuffered": ("reflection", "completed"),
     "ReflectionCompleted": ("reflection", "completed"),
     "ReflectionFailed": ("reflection", "failed"),
+    # an answer that came too late is discarded, but its calls were made
+    "ObservationBufferStale": ("observation", "stale"),
+    "SyncObservationStale": ("observation", "stale"),
+    "ReflectionStale": ("reflection", "stale"),
 }
 
 
@@ -31,7 +35,8 @@ class CycleUsage:
 
 
 def cycle_usage(event_type: str, data: dict[str, Any]) -> CycleUsage | None:
-    """The usage an outcome event records (from its stored JSON), None for any other event.
+    """The usage an outcome event records (from its stored JSON), None for any other event and for a stale
+    record of a cycle no model was called for.
 
     Reads only the ``usage`` field, so counting a commit's usage never decodes the observations it holds.
     A failure stored before failures recorded usage has none: ``UNRECORDED_USAGE``.
@@ -40,5 +45,7 @@ def cycle_usage(event_type: str, data: dict[str, Any]) -> CycleUsage | None:
     if kind is None:
         return None
     raw = data.get("usage")
+    if raw is None and kind[1] == "stale":
+        return None  # no model was called for it
     usage = Usage.model_validate(raw) if raw is not None else UNRECORDED_USAGE
     return CycleUsage(kind[0], kind[1], usage)

@@ -21,6 +21,8 @@ from om_core.domain.events import (
     SyncObservationStarted,
     ThreadConfigured,
     ThreadTitleChanged,
+    Usage,
+    to_new_event,
 )
 from om_core.domain.parts import (
     PART_TYPES,
@@ -33,6 +35,7 @@ from om_core.domain.parts import (
     status_part,
 )
 from om_core.domain.state import fold, initial_state
+from om_core.domain.usage import cycle_usage
 
 CONFIG = parse_memory_config(
     {"observation": {"messageTokens": 1000}, "reflection": {"observationTokens": 800}}
@@ -423,6 +426,31 @@ def test_a_stale_sync_observation_is_closed_by_a_discarded_observation_end() -> 
     assert data["tokensObserved"] == 0 and data["observationTokens"] == 0 and data["observations"] == ""
     assert data["currentTask"] is None and data["suggestedResponse"] is None
     assert data["completedAt"] == T2 and data["durationMs"] == 3000.0
+
+
+def test_a_stale_result_closes_its_cycle_with_what_its_calls_cost() -> None:
+    spent = Usage(model="om-local/extractive", input_tokens=900, output_tokens=40, calls=2)
+    events = [
+        ThreadConfigured(thread_id="t", at=T),
+        _message(1),
+        _sync_start("sync-obs-1", 1, 1, at=T),
+        SyncObservationStale(
+            cycle_id="sync-obs-1", reason="the cycle is no longer in flight", usage=spent, at=T2
+        ),
+    ]
+    _, data = _closing(_assert_each_start_closed_once(events), "sync-obs-1")
+    assert data["discarded"] is True
+    assert data["usage"]["inputTokens"] == 900 and data["usage"]["attempts"] == 2
+    # the usage metrics count it too, as a stale cycle
+    stored = to_new_event(events[-1])
+    found = cycle_usage(stored.event_type, stored.data)
+    assert found is not None and (found.operation, found.outcome, found.usage) == (
+        "observation",
+        "stale",
+        spent,
+    )
+    nothing_called = to_new_event(SyncObservationStale(cycle_id="c", reason="already over", at=T2))
+    assert cycle_usage(nothing_called.event_type, nothing_called.data) is None
 
 
 def test_a_buffered_reflection_superseded_by_a_sync_reflection_is_closed_as_discarded() -> None:

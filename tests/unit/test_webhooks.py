@@ -19,7 +19,7 @@ from om_core.application.streams import thread_stream_id
 from om_core.application.task_requests import QUEUE_WEBHOOKS, TASK_DELIVER_WEBHOOK
 from om_core.application.webhooks import Delivery, DeliveryOutcome, deliver_webhook
 from om_core.bootstrap import build_inline
-from om_core.domain.config import ConfigError, parse_memory_config
+from om_core.domain.config import ConfigError, WebhookSecretError, parse_memory_config, webhook_secret
 from om_core.domain.lifecycle import LIFECYCLE_EVENTS
 from om_core.domain.webhooks import delivery_id, lifecycle_names, sign, verify, webhook_body
 
@@ -53,12 +53,27 @@ def test_a_webhook_subscribes_to_every_lifecycle_event_unless_it_names_some() ->
         ({**HOOK, "events": ["observation.done"]}, "webhooks[0].events", "observation.end"),
         ({**HOOK, "events": []}, "webhooks[0].events", "non-empty"),
         ({**HOOK, "events": ["activation", "activation"]}, "webhooks[0].events", "twice"),
-        ({"url": HOOK["url"]}, "webhooks[0].secret", "required"),
+        ({"url": HOOK["url"]}, "webhooks[0]", "exactly one of secret and secretenv"),
+        ({**HOOK, "secretEnv": "OM_HOOK_SECRET"}, "webhooks[0]", "exactly one"),
+        ({"url": HOOK["url"], "secretEnv": "not a name"}, "webhooks[0].secretEnv", "pattern"),
     ],
 )
 def test_a_webhook_is_refused_with_its_rule(raw: dict[str, Any], option: str, words: str) -> None:
     found, rule = _rule(raw)
     assert found == option and words in rule.lower()
+
+
+def test_a_secret_can_live_in_the_environment_of_the_process_that_signs() -> None:
+    (literal,) = parse_memory_config({"webhooks": [HOOK]}).webhooks
+    assert webhook_secret(literal, {}) == SECRET
+    (named,) = parse_memory_config(
+        {"webhooks": [{"url": HOOK["url"], "secretEnv": "OM_HOOK_SECRET"}]}
+    ).webhooks
+    assert webhook_secret(named, {"OM_HOOK_SECRET": SECRET}) == SECRET
+    with pytest.raises(WebhookSecretError, match="OM_HOOK_SECRET is not set"):
+        webhook_secret(named, {})
+    with pytest.raises(WebhookSecretError, match="at least 16"):
+        webhook_secret(named, {"OM_HOOK_SECRET": "short"})
 
 
 def test_one_url_is_listed_once() -> None:

@@ -70,3 +70,8 @@ def test_a_prefork_worker_exposes_the_usage_of_the_cycles_it_ran(cluster_factory
     assert _value(samples, "om_usage_tokens_total", **labels, direction="input") == usage.input_tokens
     assert _value(samples, "om_usage_tokens_total", **labels, direction="output") == usage.output_tokens
     assert _value(samples, "om_usage_cycles_total", **labels, outcome="failed") == 0
+    # one verdict per answer the parser judged, as the event records them
+    assert usage.verdicts
+    for verdict in set(usage.verdicts):
+        counted_verdicts = _value(samples, "om_usage_verdicts_total", **labels, verdict=verdict)
+        assert counted_verdicts == usage.verdicts.count(verdict)

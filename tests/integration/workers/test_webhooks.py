@@ -156,12 +156,14 @@ def _metric(port: int, name: str, **labels: str) -> float:
 
 def _cluster(cluster_factory: Any, receiver: Receiver) -> tuple[Cluster, int]:
     cluster: Cluster = cluster_factory()
-    cluster.profile["webhooks"] = [{"url": receiver.url, "secret": SECRET}]
+    # the secret in the worker's environment, not in the profile file
+    cluster.profile["webhooks"] = [{"url": receiver.url, "secretEnv": "OM_TEST_WEBHOOK_SECRET"}]
     cluster.profile["reflection"] = {"observationTokens": 1_500}
     port = free_port()
     multiproc = cluster.tmp / "prometheus"
     multiproc.mkdir(exist_ok=True)
     env = cluster.env(
+        OM_TEST_WEBHOOK_SECRET=SECRET,
         OM_WORKER_METRICS_PORT=str(port),
         PROMETHEUS_MULTIPROC_DIR=str(multiproc),
         OM_WORKER_WEBHOOK_BACKOFF_MAX="1",

@@ -21,9 +21,9 @@ from om_api.auth import KeyRing
 from om_api.bootstrap import build_api_deps, build_chat_proxy, render_engine_metrics
 from om_api.errors import ApiError, error_body
 from om_api.rate_limit import TenantRateLimiter
-from om_api.routes import chat, system, threads
+from om_api.routes import chat, profiles, system, threads
 from om_core.application.deps import Deps
-from om_core.bootstrap import check_thread_models
+from om_core.bootstrap import check_profile_keys, check_thread_models
 from om_core.settings import ServerSettings
 
 log = logging.getLogger("om_api")
@@ -185,8 +185,9 @@ def create_app(
     app.state.metrics = Metrics()
     # handed to the routes, which import only the application and the API package
     app.state.check_models = check_thread_models
+    app.state.check_profile_keys = check_profile_keys
     app.state.render_engine_metrics = render_engine_metrics
-    app.state.chat_proxy = build_chat_proxy(settings, deps.profile)
+    app.state.chat_proxy = build_chat_proxy(settings, deps.profile, *deps.profiles.values())
     app.state.sse_poll_interval = sse_poll_interval
     app.state.sse_heartbeat_interval = sse_heartbeat_interval
     # first: the middleware answering unexpected errors must be the innermost one
@@ -194,6 +195,7 @@ def create_app(
     app.include_router(threads.router)
     app.include_router(system.router)
     app.include_router(chat.router)
+    app.include_router(profiles.router)
     app.add_middleware(RequestLimits, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app

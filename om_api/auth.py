@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from om_api.errors import ApiError
 from om_api.rate_limit import TenantRateLimiter
@@ -62,6 +63,20 @@ class KeyRing:
         self._lock = threading.Lock()
 
     def tenant_for(self, key: str) -> str | None:
+        known = self.known_tenant(key)
+        if known is not None:
+            return known
+        digest = hash_key(key)
+        stored = self._stored.tenant_of_key(digest)
+        if stored is None:
+            return None
+        with self._lock:
+            self._cache[digest] = (stored, time.monotonic() + _CACHE_SECONDS)
+        return stored
+
+    def known_tenant(self, key: str) -> str | None:
+        """The key's tenant when this process knows it (``OM_API_KEYS``, or found in the store within the
+        minute): no store read."""
         digest = hash_key(key)
         found: str | None = None
         for known, tenant in self._env.items():
@@ -69,27 +84,34 @@ class KeyRing:
                 found = tenant
         if found is not None:
             return found
-        now = time.monotonic()
         with self._lock:
             cached = self._cache.get(digest)
-        if cached is not None and cached[1] > now:
+        if cached is not None and cached[1] > time.monotonic():
             return cached[0]
-        stored = self._stored.tenant_of_key(digest)
-        if stored is None:
-            return None
-        with self._lock:
-            self._cache[digest] = (stored, now + _CACHE_SECONDS)
-        return stored
+        return None
 
 
 def _unauthorized(message: str) -> ApiError:
     return ApiError(401, "unauthorized", message, headers={"WWW-Authenticate": "Bearer"})
 
 
-def current_tenant(request: Request) -> str:
+async def current_tenant(request: Request) -> str:
     """The tenant of the request's bearer key (``default`` when auth is disabled on loopback), once it is
-    within its rate limit."""
-    tenant = _authenticated_tenant(request)
+    within its rate limit.
+
+    A coroutine, so FastAPI runs it on the event loop: a key this process knows costs a hash, less than
+    the hop to a worker thread (and back) that a plain function dependency takes. Only a key it has to
+    look up in the store goes to the thread pool.
+    """
+    key = _presented_key(request)
+    if key is None:
+        tenant = DEV_TENANT
+    else:
+        keyring: KeyRing = request.app.state.keyring
+        found = keyring.known_tenant(key) or await run_in_threadpool(keyring.tenant_for, key)
+        if found is None:
+            raise _unauthorized("unknown API key")
+        tenant = found
     limiter: TenantRateLimiter | None = request.app.state.rate_limiter
     if limiter is not None:
         wait = limiter.admit(tenant)
@@ -105,19 +127,39 @@ def current_tenant(request: Request) -> str:
 
 
 def _authenticated_tenant(request: Request) -> str:
-    state = request.app.state
-    if not state.settings.auth_enabled:
+    key = _presented_key(request)
+    if key is None:
         return DEV_TENANT
+    tenant = request.app.state.keyring.tenant_for(key)
+    if tenant is None:
+        raise _unauthorized("unknown API key")
+    return str(tenant)
+
+
+def _presented_key(request: Request) -> str | None:
+    """The request's bearer key; None when auth is disabled."""
+    if not request.app.state.settings.auth_enabled:
+        return None
     header = request.headers.get("authorization")
     if not header:
         raise _unauthorized("missing Authorization: Bearer <key>")
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise _unauthorized("the Authorization header must be 'Bearer <key>'")
-    tenant = state.keyring.tenant_for(key.strip())
-    if tenant is None:
-        raise _unauthorized("unknown API key")
-    return str(tenant)
+    return key.strip()
 
 
 Tenant = Annotated[str, Depends(current_tenant)]
+
+
+def caller_of(request: Request) -> str:
+    """Who made a request, for the record of a change: the tenant and a fingerprint of its key (never the
+    key), or the tenant alone when auth is disabled."""
+    tenant = _authenticated_tenant(request)
+    _, _, key = (request.headers.get("authorization") or "").partition(" ")
+    if not request.app.state.settings.auth_enabled or not key.strip():
+        return tenant
+    return f"{tenant} (key {hash_key(key.strip())[:12]})"
+
+
+Caller = Annotated[str, Depends(caller_of)]

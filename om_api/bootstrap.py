@@ -58,9 +58,9 @@ def build_embedded(
     return deps, stop
 
 
-def build_chat_proxy(settings: ServerSettings, profile: Mapping[str, Any]) -> ChatProxy:
-    """The OpenAI-compatible proxy's models: the profile's chat models (not the local extractive model or
-    an embedder), those ``OM_CHAT_MODELS`` adds, and the keyless ``om-local/chat``."""
+def build_chat_proxy(settings: ServerSettings, *profiles: Mapping[str, Any]) -> ChatProxy:
+    """The OpenAI-compatible proxy's models: the chat models of the deployment's profiles (not the local
+    extractive model or an embedder), those ``OM_CHAT_MODELS`` adds, and the keyless ``om-local/chat``."""
     from om_core.adapters.models.litellm_gateway import LiteLLMGateway, RetryPolicy
     from om_core.adapters.models.model_ids import OM_LOCAL_PROVIDER, provider_of
     from om_core.bootstrap import model_options
@@ -68,6 +68,7 @@ def build_chat_proxy(settings: ServerSettings, profile: Mapping[str, Any]) -> Ch
 
     from_profile = [
         model
+        for profile in profiles
         for option, model in model_options(parse_memory_config(profile))
         if option != "retrieval.embedder" and provider_of(model) != OM_LOCAL_PROVIDER
     ]

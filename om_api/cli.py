@@ -46,10 +46,10 @@ def operator_error(error: BaseException) -> str | None:
     from om_core.application.projections import VersionOutOfRangeError
     from om_core.application.streams import RecordNotFoundError
     from om_core.bootstrap import SchemaNotMigratedError
-    from om_core.domain.config import ConfigError
+    from om_core.domain.config import ConfigError, WebhookSecretError
     from om_core.settings import ProfileError, SettingsError
 
-    if isinstance(error, SettingsError | ProfileError | ConfigError):
+    if isinstance(error, SettingsError | ProfileError | ConfigError | WebhookSecretError):
         return _one_line(str(error))
     if isinstance(error, ModelConfigurationError):
         return (
@@ -200,7 +200,7 @@ def projections_reindex(
     from om_core.bootstrap import build_inline
 
     deps, dispatcher = build_inline(
-        database_url=_database(database_url), profile=_settings().profile_layer, migrate=False
+        database_url=_database(database_url), profile=_settings().profile_document, migrate=False
     )
     try:
         report = reindex_observations(deps, prefix=prefix)
@@ -219,13 +219,22 @@ def replay(
     database_url: Annotated[str | None, typer.Option(envvar="OM_DATABASE_URL")] = None,
 ) -> None:
     """Print the context window a fresh fold of the thread's events gives (at version N with --to)."""
-    from om_core.adapters.store import create_event_store
+    from om_core.application.profiles import config_of
     from om_core.application.projections import replay_context
+    from om_core.bootstrap import reading_deps
 
-    settings = _settings()
-    store = create_event_store(_database(database_url))
-    stream_id = thread if thread.count("/") >= 2 else f"{tenant}/thread/{thread}"
-    window = replay_context(store, stream_id, to_version=to, profile=settings.profile_layer)
+    # the thread's own profile (a tenant's is read from the store) as it was at the last event replayed
+    deps = reading_deps(_database(database_url), _settings().profile_document)
+    try:
+        stream_id = thread if thread.count("/") >= 2 else f"{tenant}/thread/{thread}"
+        window = replay_context(
+            deps.store,
+            stream_id,
+            to_version=to,
+            config_for=lambda state: config_of(deps, state, at_position=state.position),
+        )
+    finally:
+        deps.close()
     typer.echo(json.dumps(window, indent=2, ensure_ascii=False))
 
 

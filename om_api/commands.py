@@ -13,7 +13,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -93,7 +93,7 @@ def serve(
                 err=True,
             )
     # what every process would find at its first request, found before listening
-    check_profile_models(settings.profile_layer)
+    check_profile_models(settings.profile_document)
     prepare_database(settings.database_url)
     if not settings.broker_url.startswith("memory://"):
         _check_broker(settings.broker_url)
@@ -162,9 +162,10 @@ def simulate(
 
     settings = _settings(database_url=database_url)
     overrides = read_profile(config)
-    profile = settings.profile_layer
     prepare_database(settings.database_url)
     source = create_event_store(settings.database_url)
+    # the thread's own profile (a deployment's named one or the tenant's) is what it is re-run on
+    profile = thread_profile_layer(settings, tenant, thread)
     with tempfile.TemporaryDirectory(prefix="om-simulate-") as scratch_dir:
         scratch, dispatcher = build_inline(
             database_url=f"sqlite:///{scratch_dir}/scratch.sqlite3", profile=profile, migrate=True
@@ -185,6 +186,19 @@ def simulate(
             dispatcher.close()
             source.close()
     typer.echo(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
+
+
+def thread_profile_layer(settings: ServerSettings, tenant: str, thread: str) -> dict[str, Any]:
+    """The options of the profile ``thread`` runs under, read from the deployment's file and the store."""
+    from om_core.application.profiles import profile_layer
+    from om_core.application.streams import thread_own_state
+    from om_core.bootstrap import reading_deps
+
+    deps = reading_deps(settings.database_url, settings.profile_document)
+    try:
+        return dict(profile_layer(deps, tenant, thread_own_state(deps, tenant, thread).profile))
+    finally:
+        deps.close()
 
 
 def _bench(module: str) -> Callable[[typer.Context], None]:

@@ -25,6 +25,8 @@ from om_core.application.ports import (
     ModelError,
     StoreUnavailableError,
 )
+from om_core.application.profile_admin import ProfileConflictError
+from om_core.application.profiles import ProfileNameError, ProfileNotFoundError, UnknownProfileError
 from om_core.application.recall import (
     CharOffsetOutOfRangeError,
     CursorAmbiguousError,
@@ -36,7 +38,7 @@ from om_core.application.recall import (
     RecallError,
     ThreadScopeError,
 )
-from om_core.application.streams import RecordNotFoundError, ResourceRequiredError
+from om_core.application.streams import ProfileMismatchError, RecordNotFoundError, ResourceRequiredError
 from om_core.domain.config import ConfigError
 from om_core.domain.message_input import MessageValidationError
 
@@ -249,6 +251,31 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ResourceRequiredError)
     async def _resource_required(_: Request, error: ResourceRequiredError) -> JSONResponse:
         return error_response(422, "resource_required", str(error), {"thread_id": error.thread_id})
+
+    @app.exception_handler(ProfileNotFoundError)
+    async def _profile_missing(_: Request, error: ProfileNotFoundError) -> JSONResponse:
+        if isinstance(error, UnknownProfileError):
+            return error_response(422, "unknown_profile", str(error), {"profile": error.name})
+        return error_response(404, "profile_not_found", str(error), {"profile": error.name})
+
+    @app.exception_handler(ProfileNameError)
+    async def _profile_name(_: Request, error: ProfileNameError) -> JSONResponse:
+        return error_response(422, "invalid_profile_name", str(error), {"profile": error.name})
+
+    @app.exception_handler(ProfileConflictError)
+    async def _profile_conflict(_: Request, error: ProfileConflictError) -> JSONResponse:
+        return error_response(
+            409, "profile_conflict", str(error), {"profile": error.name, "threads": error.threads}
+        )
+
+    @app.exception_handler(ProfileMismatchError)
+    async def _profile_mismatch(_: Request, error: ProfileMismatchError) -> JSONResponse:
+        details = {
+            "thread_id": error.thread_id,
+            "profile": error.current or "default",
+            "requested": error.requested,
+        }
+        return error_response(409, "profile_mismatch", str(error), details)
 
     @app.exception_handler(RecordNotFoundError)
     async def _missing(_: Request, error: RecordNotFoundError) -> JSONResponse:

@@ -7,7 +7,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from om_core.domain.profiles import PROFILE_NAME_PATTERN
+
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~+=-]{0,255}$"
+PROFILE_PATTERN = f"^{PROFILE_NAME_PATTERN}$"
 ID_RULE = "1–256 characters: ASCII letters, digits and . _ : @ ~ + = - (starting with a letter or digit)"
 
 
@@ -57,7 +60,14 @@ class ThreadIn(_Body):
     metadata: dict[str, Any] | None = None
     config: dict[str, Any] | None = Field(
         default=None,
-        description="Memory options (Mastra names) overriding the server profile for this thread",
+        description="Memory options (Mastra names) overriding the thread's profile for this thread",
+    )
+    profile: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=PROFILE_PATTERN,
+        description="the named memory profile the thread runs under (default: `default`); changeable later "
+        "only between two thread-scoped profiles",
     )
 
 
@@ -68,6 +78,7 @@ class Thread(BaseModel):
     metadata: dict[str, Any]
     config: dict[str, Any]
     version: int
+    profile: str = "default"
     updated_at: str | None = None
     models: dict[str, list[str]] | None = Field(
         default=None,
@@ -83,6 +94,12 @@ class MessagesIn(_Body):
         max_length=1000,
         description="OpenAI chat messages or AI SDK UI messages (parts: text, image, file, tool-invocation, "
         "reasoning, data-*)",
+    )
+    profile: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=PROFILE_PATTERN,
+        description="the profile a new thread runs under; for an existing thread, when given, its own",
     )
 
 
@@ -164,6 +181,28 @@ class ObservationsOut(BaseModel):
     current_task: str | None
     suggested_response: str | None
     stats: dict[str, Any]
+
+
+class ProfileChangeOut(BaseModel):
+    version: int
+    at: str
+    by: str
+    options: dict[str, Any] | None = Field(description="what the change set; null: the profile was deleted")
+
+
+class ProfileOut(BaseModel):
+    name: str
+    source: Literal["deployment", "tenant"] = Field(
+        description="deployment: the profile file's, read-only over HTTP; tenant: the caller's own"
+    )
+    scope: Literal["thread", "resource"]
+    version: int = Field(description="the tenant profile's stream version (0 for a deployment profile)")
+    options: dict[str, Any]
+    changes: list[ProfileChangeOut]
+
+
+class ProfilesOut(BaseModel):
+    profiles: list[ProfileOut]
 
 
 class CycleIn(_Body):

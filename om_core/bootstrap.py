@@ -4,6 +4,7 @@ in-process Python user run it), and the building blocks the worker's and the API
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,7 +24,9 @@ from om_core.domain.config import (
     ModelByInputTokens,
     merge_config_layers,
     parse_memory_config,
+    webhook_secret,
 )
+from om_core.domain.profiles import split_profile_document
 from om_core.domain.thresholds import DEFAULT_MODEL, Role, resolve_model
 from om_core.settings import ServerSettings
 
@@ -67,7 +70,11 @@ def build_deps(
 ) -> Deps:
     """``migrate`` upgrades the schema first: the embedded SQLite mode does it on start, a Postgres
     deployment runs ``om migrate`` once instead. A profile naming a cloud model whose API key is not set
-    fails here, at start-up, with the variable to set, rather than at the first observation."""
+    fails here, at start-up, with the variable to set, rather than at the first observation.
+
+    ``profile`` is a profile file's document: one configuration, or ``profiles:`` naming several.
+    """
+    default, named = split_profile_document(profile or {})
     if models is None:
         models = model_gateway_for(profile)
     if migrate:
@@ -84,11 +91,23 @@ def build_deps(
         keys=store,
         models=models,
         dispatcher=dispatcher,
-        profile=dict(profile or {}),
+        profile=default,
+        profiles=named,
         max_message_bytes=max_message_bytes,
         sync_wait_seconds=sync_wait_seconds,
         states=StateCache(state_cache_size),
         close=store.close,
+    )
+
+
+def reading_deps(database_url: str, profile: Mapping[str, Any] | None) -> Deps:
+    """Deps for a command that reads the store and calls no model (a replay, a profile lookup): no API
+    key is checked or needed. The caller closes them."""
+    return build_deps(
+        database_url=database_url,
+        dispatcher=InlineDispatcher(),
+        profile=profile,
+        models=LiteLLMGateway(RetryPolicy(max_retries=0)),
     )
 
 
@@ -99,7 +118,7 @@ def deps_from_settings(
     return build_deps(
         database_url=settings.database_url,
         dispatcher=dispatcher,
-        profile=settings.profile_layer,
+        profile=settings.profile_document,
         models=models,
         migrate=migrate,
         max_message_bytes=settings.max_message_bytes,
@@ -127,19 +146,22 @@ def build_inline(
 
 
 def model_gateway_for(profile: Mapping[str, Any] | None) -> LiteLLMGateway:
-    """The gateway for a server profile: its cloud models' keys are checked now, and transient errors are
-    retried as its ``modelRetry`` says."""
+    """The gateway for a profile document: its cloud models' keys are checked now, and transient errors
+    are retried as the default profile's ``modelRetry`` says."""
     check_profile_models(profile)
-    return LiteLLMGateway(retry_policy=retry_policy(parse_memory_config(profile or {})))
+    default, _ = split_profile_document(profile or {})
+    return LiteLLMGateway(retry_policy=retry_policy(parse_memory_config(default)))
 
 
 def check_profile_models(profile: Mapping[str, Any] | None) -> None:
-    """ModelConfigurationError when a model the profile can call has no API key in the environment: what
-    every process that runs model work checks at start."""
-    config = parse_memory_config(profile or {})
-    check_model_credentials(
-        [model for option, model in model_options(config) if _served_at(config, option, model) is None]
-    )
+    """ModelConfigurationError when a model any profile of the document can call has no API key in the
+    environment: what every process that runs model work checks at start."""
+    default, named = split_profile_document(profile or {})
+    for layer in (default, *named.values()):
+        config = parse_memory_config(layer)
+        check_model_credentials(
+            [model for option, model in model_options(config) if _served_at(config, option, model) is None]
+        )
 
 
 def configured_models(config: MemoryConfig) -> list[str]:
@@ -193,6 +215,29 @@ def check_thread_models(
             parse_memory_config(merge_config_layers(profile, overrides)), environ
         )
         if (option, model, needed) not in profile_missing
+    ]
+    if problems:
+        raise ConfigError.of(problems)
+
+
+def check_webhook_secrets(
+    profile: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None
+) -> None:
+    """WebhookSecretError when a webhook of any profile of the document names, as its ``secretEnv``, a
+    variable not set here: what a worker, which signs the deliveries, checks at start."""
+    default, named = split_profile_document(profile or {})
+    for layer in (default, *named.values()):
+        for hook in parse_memory_config(layer).webhooks:
+            webhook_secret(hook, os.environ if environ is None else environ)
+
+
+def check_profile_keys(profile: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a profile set over HTTP when a model it can call has no API key in the server's environment:
+    a ConfigError naming each such option and the variables to set (a profile file is refused at start-up
+    by ``check_profile_models`` instead)."""
+    problems = [
+        ConfigProblem(option, model, f"needs {' or '.join(needed)} to be set in the server's environment")
+        for option, model, needed in _keyless(parse_memory_config(profile), environ)
     ]
     if problems:
         raise ConfigError.of(problems)

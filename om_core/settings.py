@@ -29,6 +29,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from om_core.domain.config import ConfigError, MemoryConfig, merge_config_layers, parse_memory_config
+from om_core.domain.profiles import split_profile_document
 
 ENV_PREFIX = "OM_"
 DATABASE_SCHEMES = frozenset({"sqlite", "postgresql", "postgresql+psycopg"})
@@ -55,7 +56,8 @@ class ProfileError(ValueError):
 
 
 def read_profile(path: str | Path) -> dict[str, Any]:
-    """The profile's raw options (validated), ready to be a layer of ``merge_config_layers``."""
+    """The profile file's document (validated): one configuration, the default profile, or ``profiles:``
+    naming several (``split_profile_document``)."""
     profile = Path(path)
     try:
         text = profile.read_text(encoding="utf-8")
@@ -71,15 +73,16 @@ def read_profile(path: str | Path) -> dict[str, Any]:
     if not isinstance(document, Mapping):
         raise ProfileError(profile, f"must hold an object of memory options, not {type(document).__name__}")
     try:
-        parse_memory_config(document)
+        split_profile_document(document)
     except ConfigError as error:
         raise ProfileError(profile, str(error), error) from error
     return dict(document)
 
 
 def load_profile(path: str | Path) -> MemoryConfig:
-    """Read and validate a YAML or JSON memory profile; every error names the file."""
-    return parse_memory_config(read_profile(path))
+    """Read and validate a YAML or JSON memory profile; every error names the file. The default profile's
+    configuration."""
+    return parse_memory_config(split_profile_document(read_profile(path))[0])
 
 
 def _parse_api_keys(value: object) -> object:
@@ -206,9 +209,14 @@ class ServerSettings(BaseSettings):
         return self
 
     @property
-    def profile_layer(self) -> dict[str, Any]:
-        """The profile as written (validated), to layer a thread's own overrides on."""
+    def profile_document(self) -> dict[str, Any]:
+        """The profile file as written (validated): every profile it names."""
         return dict(self._profile_layer)
+
+    @property
+    def profile_layer(self) -> dict[str, Any]:
+        """The default profile as written (validated), to layer a thread's own overrides on."""
+        return split_profile_document(self._profile_layer)[0]
 
     def with_default_profile(self, layer: Mapping[str, Any]) -> ServerSettings:
         """These settings with ``layer`` as the profile when ``OM_PROFILE`` names none (the embedded mode's
@@ -227,7 +235,7 @@ class ServerSettings(BaseSettings):
     def memory_config(self, *overrides: Mapping[str, Any] | None) -> MemoryConfig:
         """The profile's configuration (defaults without a profile), with ``overrides`` (e.g. a thread's
         own ``config``) layered on top. Raises ``ConfigError`` when an override is invalid."""
-        return parse_memory_config(merge_config_layers(self._profile_layer, *overrides))
+        return parse_memory_config(merge_config_layers(self.profile_layer, *overrides))
 
 
 def _describe(error: ValidationError) -> str:

@@ -20,7 +20,7 @@ def build_worker_deps(app: Celery, settings: ServerSettings, *, migrate: bool = 
     deps = deps_from_settings(
         settings,
         dispatcher=dispatcher,
-        models=metrics.MeteredModelGateway(model_gateway_for(settings.profile_layer)),
+        models=metrics.MeteredModelGateway(model_gateway_for(settings.profile_document)),
         migrate=migrate,
     )
     deps.store = metrics.MeteredEventStore(deps.store)

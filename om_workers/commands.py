@@ -56,12 +56,14 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Run a Celery worker for om's queues (om.sync first: blocking work is never behind background)."""
-        from om_core.bootstrap import check_profile_models
+        from om_core.bootstrap import check_profile_models, check_webhook_secrets
         from om_core.settings import ServerSettings
 
         settings = ServerSettings()
         # as om serve does: a model without its key would fail every task this worker takes
-        check_profile_models(settings.profile_layer)
+        check_profile_models(settings.profile_document)
+        # the worker signs webhook deliveries: a secret it cannot read would fail every one of them
+        check_webhook_secrets(settings.profile_document)
         celery_app = _celery_app(settings)
         if metrics_port:
             from om_workers.metrics import start_metrics_server

@@ -24,9 +24,10 @@ from rich.text import Text
 from om_api.demo.conversation import FACTS, synthetic_conversation
 from om_core.adapters.inline_dispatcher import InlineDispatcher
 from om_core.application.append import append_messages, configure_thread
-from om_core.application.configuration import counter_for, record_config
+from om_core.application.configuration import counter_for
 from om_core.application.context import get_context
 from om_core.application.deps import Deps
+from om_core.application.profiles import config_of
 from om_core.application.repository import load_state
 from om_core.application.streams import thread_stream_id
 from om_core.bootstrap import build_inline
@@ -156,7 +157,7 @@ def _converse(
     if live is None and not as_json:
         console.print(_render(deps, stream_id, turns, turns, feed))
     state = load_state(deps.records, deps.store, stream_id, deps.states)
-    config = record_config(deps.profile, state)
+    config = config_of(deps, state)
     limits = resolve_limits(config, state)
     text = context_text(final).lower()
     retained = sum(all(term.lower() in text for term in fact.key_terms) for fact in FACTS[: _planted(turns)])
@@ -225,7 +226,7 @@ def _bar(value: int, limit: int, marker: int | None, width: int = 40) -> Text:
 
 def _render(deps: Any, stream_id: str, turn: int, turns: int, feed: list[str]) -> Panel:
     state = load_state(deps.records, deps.store, stream_id, deps.states)
-    limits = resolve_limits(record_config(deps.profile, state), state)
+    limits = resolve_limits(config_of(deps, state), state)
     table = Table.grid(padding=(0, 1))
     table.add_row("messages", _bar(state.pending_tokens, limits.message_threshold, limits.block_after))
     table.add_row("observations", _bar(state.observation_tokens, limits.observation_threshold, None))

@@ -39,7 +39,8 @@ from om_core.application.ports import (
     ModelError,
     StoreUnavailableError,
 )
-from om_core.application.streams import RecordNotFoundError, ResourceRequiredError
+from om_core.application.profiles import ProfileNameError, ProfileNotFoundError
+from om_core.application.streams import ProfileMismatchError, RecordNotFoundError, ResourceRequiredError
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -165,6 +166,9 @@ _HANDLED = (
     MessageConflictError,
     ResourceRequiredError,
     RecordNotFoundError,
+    ProfileNotFoundError,
+    ProfileNameError,
+    ProfileMismatchError,
     ObservationFailedError,
     StoreUnavailableError,
     ModelError,
@@ -187,6 +191,10 @@ def _error_response(error: Exception) -> JSONResponse:
         return openai_error(400, str(error), code="resource_required")
     if isinstance(error, RecordNotFoundError):
         return openai_error(404, str(error), code="thread_not_found")
+    if isinstance(error, ProfileNotFoundError | ProfileNameError):
+        return openai_error(400, str(error), code="unknown_profile", param="metadata.om_profile")
+    if isinstance(error, ProfileMismatchError):
+        return openai_error(409, str(error), code="profile_mismatch", param="metadata.om_profile")
     if isinstance(error, ObservationFailedError):
         return openai_error(503, str(error), code="observation_failed", headers={"Retry-After": "5"})
     if isinstance(error, StoreUnavailableError):
@@ -250,7 +258,12 @@ def _parse(raw: bytes) -> dict[str, Any]:
 
 
 def _turn(
-    body: dict[str, Any], tenant: str, thread: str | None, resource: str | None, provider_key: str | None
+    body: dict[str, Any],
+    tenant: str,
+    thread: str | None,
+    resource: str | None,
+    provider_key: str | None,
+    profile: str | None = None,
 ) -> ChatTurn:
     metadata = body.get("metadata") or {}
     thread = thread if thread is not None else metadata.get("om_thread_id")
@@ -261,6 +274,11 @@ def _turn(
             param="metadata.om_thread_id",
         )
     resource = resource if resource is not None else metadata.get("om_resource_id")
+    profile = profile if profile is not None else metadata.get("om_profile")
+    if profile is not None and not isinstance(profile, str):
+        raise _BadRequest(
+            "the profile must be a string", code="invalid_om_profile", param="metadata.om_profile"
+        )
     return ChatTurn(
         tenant=tenant,
         thread_id=_identifier(thread, "the thread id", "metadata.om_thread_id"),
@@ -271,6 +289,7 @@ def _turn(
         if resource is None
         else _identifier(resource, "the resource id", "metadata.om_resource_id"),
         provider_key=provider_key.strip() if provider_key and provider_key.strip() else None,
+        profile=profile,
     )
 
 
@@ -317,14 +336,17 @@ async def chat_completions(
     request: Request,
     x_om_thread_id: Annotated[str | None, Header(description="the thread (or metadata.om_thread_id)")] = None,
     x_om_resource_id: Annotated[str | None, Header(description="the thread's resource")] = None,
+    x_om_profile: Annotated[
+        str | None, Header(description="the named memory profile (or metadata.om_profile)")
+    ] = None,
     x_om_provider_key: Annotated[
         str | None, Header(description="the provider's key, when OM_CHAT_FORWARD_PROVIDER_KEY allows it")
     ] = None,
 ) -> Response:
     try:
-        tenant = await run_in_threadpool(current_tenant, request)
+        tenant = await current_tenant(request)
         body = _parse(await request.body())
-        turn = _turn(body, tenant, x_om_thread_id, x_om_resource_id, x_om_provider_key)
+        turn = _turn(body, tenant, x_om_thread_id, x_om_resource_id, x_om_provider_key, x_om_profile)
         deps, proxy = request.app.state.deps, request.app.state.chat_proxy
         if body.get("stream") is True:
             streamed = await run_in_threadpool(chat_completion_stream, deps, proxy, turn, openai_messages)
@@ -346,7 +368,7 @@ async def chat_completions(
 @router.get("/models", response_model=ModelsOut, responses=_ERRORS, summary="the models the proxy offers")
 async def list_models(request: Request) -> Response:
     try:
-        await run_in_threadpool(current_tenant, request)
+        await current_tenant(request)
     except ApiError as error:
         return _error_response(error)
     proxy: ChatProxy = request.app.state.chat_proxy

@@ -37,7 +37,6 @@ from om_api.schemas import (
 )
 from om_api.sse import event_stream
 from om_core.application.append import AppendOutcome, append_messages, configure_thread
-from om_core.application.configuration import record_config
 from om_core.application.context import ContextRead, read_context
 from om_core.application.deps import Deps
 from om_core.application.erase import erase_thread
@@ -45,6 +44,7 @@ from om_core.application.history import observation_log, read_events
 from om_core.application.manual import observe_now, reflect_now
 from om_core.application.parts import append_parts, parts_since, status_of
 from om_core.application.ports import ThreadRow
+from om_core.application.profiles import DEFAULT_PROFILE, config_of
 from om_core.application.recall import RecallQuery, recall
 from om_core.application.threads import (
     ThreadView,
@@ -82,6 +82,7 @@ def _thread_json(view: ThreadView) -> dict[str, Any]:
         "metadata": view.metadata,
         "config": view.config,
         "version": view.version,
+        "profile": view.profile,
         "models": view.models,
     }
 
@@ -96,6 +97,7 @@ def threads_json(rows: list[ThreadRow]) -> dict[str, Any]:
                 "metadata": r.metadata,
                 "config": r.config,
                 "version": r.version,
+                "profile": r.profile or DEFAULT_PROFILE,
                 "updated_at": r.updated_at.isoformat() if r.updated_at else None,
             }
             for r in rows
@@ -129,8 +131,6 @@ def list_threads(
 def put_thread(
     thread_id: ThreadId, body: ThreadIn, deps: DepsDep, tenant: Tenant, check_models: ModelCheckDep
 ) -> dict[str, Any]:
-    if body.config is not None:
-        check_models(deps.profile, body.config)
     state = configure_thread(
         deps,
         tenant=tenant,
@@ -139,8 +139,10 @@ def put_thread(
         title=body.title,
         metadata=body.metadata,
         config=body.config,
+        profile=body.profile,
+        check_models=check_models,
     )
-    return _thread_json(ThreadView.of(state, thread_id, record_config(deps.profile, state)))
+    return _thread_json(ThreadView.of(state, thread_id, config_of(deps, state)))
 
 
 @router.get("/{thread_id}", response_model=Thread, responses=_ERRORS, summary="a thread")
@@ -171,6 +173,7 @@ def post_messages(
         messages=body.messages,
         resource_id=body.resource_id,
         caller_model=model,
+        profile=body.profile,
     )
     parts = append_parts(deps, outcome)
     return json_response(
@@ -260,12 +263,13 @@ def post_turn(
         messages=body.messages,
         resource_id=body.resource_id,
         caller_model=model,
+        profile=body.profile,
         wait=wait,
         caller_provider_options=_caller_provider_options(prompt_cache_retention),
     )
     appended = turn.appended
     # the append's parts without its status: the read's status closes the list
-    before = append_parts(deps, appended)[:-1]
+    before = append_parts(deps, appended, status=False)
     extra = {
         "appended": [
             {"message_id": a.message_id, "seq": a.seq, "tokens": a.tokens} for a in appended.appended

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -11,8 +11,10 @@ from om_core.application.configuration import counter_for, profile_scope, record
 from om_core.application.decisions import plan_decisions
 from om_core.application.deps import Deps
 from om_core.application.ports import DuplicateMessageError, MessageConflictError
+from om_core.application.profile_admin import ProfileConflictError
+from om_core.application.profiles import check_profile_name, profile_layer
 from om_core.application.repository import load_state
-from om_core.application.streams import record_stream_for, thread_stream_id
+from om_core.application.streams import place_thread, thread_stream_id
 from om_core.application.unit_of_work import Plan, commit, retry_on_conflict
 from om_core.domain import thresholds
 from om_core.domain.config import ConfigError, merge_config_layers, parse_memory_config
@@ -27,6 +29,7 @@ from om_core.domain.message_input import (
 )
 from om_core.domain.messages import Message
 from om_core.domain.parts import needs_prior_state
+from om_core.domain.profiles import DEFAULT_PROFILE
 from om_core.domain.state import RecordState
 from om_core.domain.timeutil import format_time, parse_time
 
@@ -61,17 +64,29 @@ def configure_thread(
     title: str | None = None,
     metadata: Mapping[str, Any] | None = None,
     config: Mapping[str, Any] | None = None,
+    profile: str | None = None,
+    check_models: Callable[[Mapping[str, Any], Mapping[str, Any]], None] | None = None,
 ) -> RecordState:
-    """Create a thread or change its title, metadata or configuration overrides.
+    """Create a thread or change its title, metadata, configuration overrides or profile.
 
-    The overrides are validated against the server profile before anything is stored.
+    The overrides are validated against the thread's profile before anything is stored. A thread changes
+    profile only between two thread-scoped ones: in resource scope its record is the resource's under
+    that profile, and a thread's lineage cannot move (ProfileConflictError). ``check_models`` refuses
+    overrides naming a model the server holds no key for (``check_thread_models``).
     """
-    if config is not None:
-        _check_thread_overrides(deps, config)
+    wanted = check_profile_name(deps, tenant, profile)
     stream_id = thread_stream_id(tenant, thread_id)
 
     def attempt() -> RecordState:
         state = load_state(deps.records, deps.store, stream_id, deps.states)
+        name = wanted if profile is not None else state.profile
+        if state.version and name != state.profile:
+            _check_profile_change(deps, tenant, thread_id, state.profile, name)
+        if config is not None:
+            layer = profile_layer(deps, tenant, name)
+            _check_thread_overrides(layer, config)
+            if check_models is not None:
+                check_models(layer, config)
         plan = Plan(state)
         plan.add(
             ThreadConfigured(
@@ -80,6 +95,8 @@ def configure_thread(
                 title=title,
                 metadata=dict(metadata) if metadata is not None else None,
                 config=dict(config) if config is not None else None,
+                # moving back to the default names it: None would mean unchanged
+                profile=(name or DEFAULT_PROFILE) if name != state.profile else None,
                 at=format_time(deps.clock()),
             )
         )
@@ -97,8 +114,11 @@ def append_messages(
     messages: Sequence[Mapping[str, Any]],
     resource_id: str | None = None,
     caller_model: str | None = None,
+    profile: str | None = None,
 ) -> AppendOutcome:
     """Append messages to a thread: count their tokens once, and let the policy react in the same commit.
+
+    ``profile`` names the profile a new thread runs under; for an existing thread it must be its own.
 
     Images and files are counted with the heuristics of the provider that will read them: the caller's
     model when it says (``caller_model``), else the message's own model, else the thread's last assistant
@@ -119,18 +139,23 @@ def append_messages(
     ]
     client_timed = [any(k in raw for k in ("createdAt", "created_at")) for raw in messages]
     batch = _dedupe_batch(normalized, client_timed)
-    stream_id = record_stream_for(deps, tenant, thread_id, resource_id)
-    shared_record = stream_id != thread_stream_id(tenant, thread_id)
-    if shared_record and deps.store.stream_version(thread_stream_id(tenant, thread_id)) == 0:
-        # resource scope: the thread itself is still recorded on its own stream, with its resource
-        configure_thread(deps, tenant=tenant, thread_id=thread_id, resource_id=resource_id)
 
     def attempt(careful: bool, trust_cache: bool) -> AppendOutcome:
         # the first try starts from the state this process last saw, without asking the store whether it
-        # is current: the commit's compare-and-set answers that, and a lost one re-reads the record
+        # is current: the commit's compare-and-set answers that, and a lost one places the thread and
+        # reads the record again
+        stream_id, name = place_thread(
+            deps, tenant, thread_id, resource_id, profile=profile, trust_cache=trust_cache
+        )
+        layer = profile_layer(deps, tenant, name)
+        shared_record = stream_id != thread_stream_id(tenant, thread_id)
+        if shared_record and deps.store.stream_version(thread_stream_id(tenant, thread_id)) == 0:
+            # resource scope: the thread itself is still recorded on its own stream, with its resource
+            configure_thread(deps, tenant=tenant, thread_id=thread_id, resource_id=resource_id, profile=name)
         held = deps.states.latest(stream_id) if trust_cache else None
         state = held if held is not None else load_state(deps.records, deps.store, stream_id, deps.states)
-        config = record_config(deps.profile, state)
+        # the layer, not the state: a thread created by this very plan has no profile in its state yet
+        config = record_config(layer, state)
         counter = counter_for(config)
         stored = deps.messages.find_messages(stream_id, [m.id for m, _ in batch]) if careful else {}
         duplicates: list[str] = []
@@ -145,7 +170,11 @@ def append_messages(
                 raise MessageConflictError(stream_id, message.id)
         plan = Plan(state, capture_before=needs_prior_state)
         if state.thread_id is None and not shared_record:
-            plan.add(ThreadConfigured(thread_id=thread_id, resource_id=resource_id, at=format_time(now)))
+            plan.add(
+                ThreadConfigured(
+                    thread_id=thread_id, resource_id=resource_id, profile=name, at=format_time(now)
+                )
+            )
         appended: list[AppendedMessage] = []
         for message, digest in fresh:
             if config.temporal_markers and message.role == "user":
@@ -214,8 +243,26 @@ def idempotency_hash(message: Message, *, client_timed: bool) -> str:
     return content_hash(message if client_timed else replace(message, created_at=_UNTIMED))
 
 
-def _check_thread_overrides(deps: Deps, config: Mapping[str, Any]) -> None:
-    """A thread's overrides are validated on top of the profile before anything is stored."""
+def _check_profile_change(
+    deps: Deps, tenant: str, thread_id: str, current: str | None, wanted: str | None
+) -> None:
+    scopes = (
+        profile_scope(profile_layer(deps, tenant, current)),
+        profile_scope(profile_layer(deps, tenant, wanted)),
+    )
+    if scopes != ("thread", "thread"):
+        raise ProfileConflictError(
+            wanted or "default",
+            f"thread {thread_id!r} runs under profile {current or 'default'!r} ({scopes[0]} scope); "
+            f"moving it "
+            f"to {wanted or 'default'!r} ({scopes[1]} scope) would move its record to another stream, "
+            "and a thread's lineage cannot move: use a new thread",
+            [thread_id],
+        )
+
+
+def _check_thread_overrides(profile: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+    """A thread's overrides are validated on top of its profile before anything is stored."""
     if "scope" in config:
         raise ConfigError("scope", config["scope"], "is set by the server profile, not per thread")
     if "webhooks" in config:
@@ -228,13 +275,13 @@ def _check_thread_overrides(deps: Deps, config: Mapping[str, Any]) -> None:
             raise ConfigError(
                 f"{role}.modelSettings.apiBase", "…", "is set by the server profile, not per thread"
             )
-    if profile_scope(deps.profile) == "resource" and config:
+    if profile_scope(profile) == "resource" and config:
         raise ConfigError(
             "config",
             dict(config),
             "per-thread overrides do not apply in resource scope: the record belongs to the resource",
         )
-    parse_memory_config(merge_config_layers(deps.profile, config))
+    parse_memory_config(merge_config_layers(profile, config))
 
 
 def _dedupe_batch(messages: list[Message], client_timed: list[bool]) -> list[tuple[Message, str]]:

@@ -74,6 +74,8 @@ class ChatTurn:
     options: Mapping[str, Any] = field(default_factory=dict)
     resource_id: str | None = None
     provider_key: str | None = None
+    # the named profile the thread runs under (X-OM-Profile); a new thread is created under it
+    profile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,7 @@ def _place_and_read(deps: Deps, turn: ChatTurn, render: Render) -> _Prepared:
             param="messages",
         )
     sent = [_signature_at(raw, index, turn.thread_id, deps.max_message_bytes) for index, raw in conversation]
-    stream_id = record_stream_for(deps, turn.tenant, turn.thread_id, turn.resource_id)
+    stream_id = record_stream_for(deps, turn.tenant, turn.thread_id, turn.resource_id, profile=turn.profile)
     limit = len(sent) + TRAILING_REPLIES
     tail = deps.messages.read_messages(stream_id, thread_id=turn.thread_id, backward=True, limit=limit)
     known, run_end = known_prefix(sent, [_stored_key(m) for m in tail], whole_thread=len(tail) < limit)
@@ -224,12 +226,22 @@ def _place_and_read(deps: Deps, turn: ChatTurn, render: Render) -> _Prepared:
         )
         fresh.append({**raw, "id": previous})
     appended = 0
+    start = None
     if fresh:
         outcome = append_messages(
-            deps, tenant=turn.tenant, thread_id=turn.thread_id, messages=fresh, resource_id=turn.resource_id
+            deps,
+            tenant=turn.tenant,
+            thread_id=turn.thread_id,
+            messages=fresh,
+            resource_id=turn.resource_id,
+            profile=turn.profile,
         )
         appended = len(outcome.appended)
-    window = read_context(deps, tenant=turn.tenant, thread_id=turn.thread_id, caller_model=turn.model).window
+        # as in a turn, the read starts from the state the append committed: no second store read
+        start = outcome.state.fork() if outcome.state is not None else None
+    window = read_context(
+        deps, tenant=turn.tenant, thread_id=turn.thread_id, caller_model=turn.model, start=start
+    ).window
     call = ChatCall(
         model=turn.model,
         messages=[*instructions, *render(window)],

@@ -7,15 +7,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from om_core.application.configuration import record_config
 from om_core.application.decisions import plan_decisions
 from om_core.application.deps import Deps
 from om_core.application.ports import ConcurrencyError
+from om_core.application.profiles import config_of, record_profile
 from om_core.application.repository import load_state, replay_state
 from om_core.application.streams import (
     RecordNotFoundError,
     ResourceRequiredError,
-    record_stream_for,
+    place_thread,
     thread_stream_id,
 )
 from om_core.application.task_requests import TASK_OBSERVE_SYNC, TASK_REFLECT
@@ -98,18 +98,36 @@ def read_context(
     ``caller_model`` and ``caller_provider_options`` are what the caller sends its own model: an
     ``activateAfterIdle: "auto"`` TTL follows them.
     """
+    # a turn's read follows the append that just placed the thread; another read places it from this
+    # process's last view of the thread, which reading the thread's own stream verifies below
+    trusted = at_version is None and start is None
     try:
-        stream_id = record_stream_for(deps, tenant, thread_id)
+        if start is not None:
+            stream_id, name = start.stream_id, record_profile(start)
+        else:
+            stream_id, name = place_thread(deps, tenant, thread_id, trust_cache=trusted)
     except ResourceRequiredError:
         raise RecordNotFoundError(thread_stream_id(tenant, thread_id)) from None
     if at_version is not None:
         state = replay_state(deps.store, stream_id, at_version)
         if state.version == 0:
             raise RecordNotFoundError(stream_id)
-        config = record_config(deps.profile, state)
+        # the profile as it was then: a tenant profile changed later does not rewrite what was decided
+        config = config_of(deps, state, at_position=state.position)
         return ContextRead(build_context(state, config, deps.clock(), thread_id=thread_id), stream_id, None)
     state, found = _settle(deps, stream_id, thread_id, caller_model, wait, start, caller_provider_options)
-    config = record_config(deps.profile, state)
+    if trusted and state.stream_id == thread_stream_id(tenant, thread_id) and state.profile != name:
+        # placed from a stale view (the thread was created again, or moved, since this process saw it);
+        # the read just put the thread's current state in the cache, so placing it again is current
+        return read_context(
+            deps,
+            tenant=tenant,
+            thread_id=thread_id,
+            caller_model=caller_model,
+            wait=wait,
+            caller_provider_options=caller_provider_options,
+        )
+    config = config_of(deps, state)
     window = build_context(state, config, deps.clock(), thread_id=thread_id)
     return ContextRead(_with_calls(_with_warning(window, wait), found, state), stream_id, found)
 
@@ -143,7 +161,7 @@ def _settle(
             state = load_state(deps.records, deps.store, stream_id, deps.states)
         if state.version == 0:
             raise RecordNotFoundError(stream_id)
-        config = record_config(deps.profile, state)
+        config = config_of(deps, state)
         now = deps.clock()
         # the first plan keeps a copy of the state it starts from, but only if it commits anything
         capture = (lambda _: True) if found is None else None
@@ -222,14 +240,14 @@ def _outcome_of(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
 
 
 def _over_limit(deps: Deps, state: RecordState) -> bool:
-    config = record_config(deps.profile, state)
+    config = config_of(deps, state)
     limits = policy.resolve_limits(config, state)
     limit = limits.block_after if limits.block_after is not None else limits.message_threshold
     return state.pending_tokens >= limit
 
 
 def _apply_failure_policy(deps: Deps, state: RecordState) -> RecordState:
-    config = record_config(deps.profile, state)
+    config = config_of(deps, state)
     limits = policy.resolve_limits(config, state)
     limit = limits.block_after if limits.block_after is not None else limits.message_threshold
     if config.failure_policy == "abort":

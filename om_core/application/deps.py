@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -48,9 +49,13 @@ class Deps:
     keys: ApiKeys
     models: ModelGateway
     dispatcher: WorkDispatcher
+    # the deployment's default profile, and its named ones (om_core/application/profiles.py)
     profile: Mapping[str, Any] = field(default_factory=dict)
+    profiles: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     clock: Callable[[], datetime] = utc_now
     max_message_bytes: int = 1_000_000
     sync_wait_seconds: float = 10.0
     states: StateCache = field(default_factory=StateCache)
+    # where secrets named by the profile (a webhook's secretEnv) are read: the process's environment
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     close: Callable[[], None] = _nothing_to_close

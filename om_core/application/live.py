@@ -20,7 +20,9 @@ from typing import Any
 
 from om_core.application.configuration import record_config
 from om_core.application.deps import Deps
+from om_core.application.profiles import profile_layer, record_profile
 from om_core.application.repository import load_state
+from om_core.application.streams import tenant_of
 from om_core.domain.envelope import RecordedEvent
 from om_core.domain.events import from_recorded
 from om_core.domain.parts import Part, changes_status, erased_parts, event_parts, status_part
@@ -64,7 +66,7 @@ def follow(deps: Deps, stream_id: str, last_position: int | None) -> Follower:
     rise within a stream), so a resumed follower repeats nothing."""
     if last_position is None:
         state = load_state(deps.records, deps.store, stream_id)
-        return Follower(stream_id, deps.profile, state, state.version, state.position)
+        return Follower(stream_id, _layer(deps, state), state, state.version, state.position)
     state = initial_state(stream_id)
     version = position = 0
     while True:
@@ -74,7 +76,12 @@ def follow(deps: Deps, stream_id: str, last_position: int | None) -> Follower:
             state = fold(state, [from_recorded(r) for r in upto], version=upto[-1].stream_version)
             version, position = upto[-1].stream_version, upto[-1].global_position
         if len(upto) < len(page) or len(page) < PAGE:
-            return Follower(stream_id, deps.profile, state, version, position)
+            return Follower(stream_id, _layer(deps, state), state, version, position)
+
+
+def _layer(deps: Deps, state: RecordState) -> Mapping[str, Any]:
+    """The record's profile, resolved once per follower: what its parts are described with."""
+    return profile_layer(deps, tenant_of(state.stream_id), record_profile(state))
 
 
 def poll(deps: Deps, follower: Follower) -> LivePage | None:

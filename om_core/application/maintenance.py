@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from om_core.application.configuration import record_config
 from om_core.application.decisions import plan_decisions
 from om_core.application.deps import Deps
 from om_core.application.ports import DuplicateEventError
+from om_core.application.profiles import config_of
 from om_core.application.repository import load_state
 from om_core.application.unit_of_work import Plan, commit, retry_on_conflict
 from om_core.domain.events import (
@@ -35,7 +35,7 @@ def sweep_idle(deps: Deps, stream_id: str) -> int:
         state = load_state(deps.records, deps.store, stream_id, deps.states)
         if state.version == 0:
             return 0
-        config = record_config(deps.profile, state)
+        config = config_of(deps, state)
         plan = plan_decisions(Plan(state), config, deps.clock(), mode="idle")
         commit(deps, plan, metadata={"cause": "idle-sweep"})
         return len(plan.events)
@@ -96,7 +96,7 @@ def recover_stuck_cycles(deps: Deps, stream_id: str, older_than: timedelta) -> l
         plan = Plan(state)
         for cycle_id, event in failures:
             plan.add(event, event_id=effect_event_id(stream_id, cycle_id, "outcome"))
-        plan_decisions(plan, record_config(deps.profile, state), now, mode="work")
+        plan_decisions(plan, config_of(deps, state), now, mode="work")
         try:
             commit(deps, plan, metadata={"cause": "stuck-cycle-recovery"})
         except DuplicateEventError:

@@ -4,8 +4,8 @@ says what each event stands for; this finds the events and the configuration the
 from __future__ import annotations
 
 from om_core.application.append import AppendOutcome
-from om_core.application.configuration import record_config
 from om_core.application.deps import Deps
+from om_core.application.profiles import config_of
 from om_core.application.repository import load_state
 from om_core.domain.events import from_recorded
 from om_core.domain.parts import Part, event_parts, parts_for_events, status_part
@@ -14,11 +14,12 @@ from om_core.domain.state import RecordState
 
 def status_of(deps: Deps, state: RecordState) -> Part:
     """The record's ``data-om-status`` part."""
-    return status_part(state, record_config(deps.profile, state))
+    return status_part(state, config_of(deps, state))
 
 
-def append_parts(deps: Deps, outcome: AppendOutcome) -> list[Part]:
-    """The lifecycle parts of the events an append committed, then the record's status part, last.
+def append_parts(deps: Deps, outcome: AppendOutcome, *, status: bool = True) -> list[Part]:
+    """The lifecycle parts of the events an append committed, then the record's status part, last (unless
+    ``status`` is false: a turn's answer ends with its read's status instead).
 
     Parts that describe an event relative to the state before it (activations, results) start from the
     state the use case kept just before the first such event, so no request replays the stream.
@@ -28,7 +29,7 @@ def append_parts(deps: Deps, outcome: AppendOutcome) -> list[Part]:
         if outcome.state is not None
         else load_state(deps.records, deps.store, outcome.stream_id, deps.states)
     )
-    config = record_config(deps.profile, after)
+    config = config_of(deps, after)
     events, prior = outcome.events, outcome.prior
     cut = prior[0] if prior is not None else len(events)
     parts = [p for e in events[:cut] for p in event_parts(e, None, after, config)]
@@ -38,7 +39,7 @@ def append_parts(deps: Deps, outcome: AppendOutcome) -> list[Part]:
             for _, batch in parts_for_events(prior[1], events[cut:], config, status_after_each=False)
             for p in batch
         )
-    return [*parts, status_part(after, config)]
+    return [*parts, status_part(after, config)] if status else parts
 
 
 def parts_since(deps: Deps, before: RecordState, version: int) -> list[Part]:
@@ -49,7 +50,7 @@ def parts_since(deps: Deps, before: RecordState, version: int) -> list[Part]:
     recorded = deps.store.read_stream(
         before.stream_id, after_version=before.version, limit=version - before.version
     )
-    config = record_config(deps.profile, before)
+    config = config_of(deps, before)
     events = [from_recorded(r) for r in recorded]
     return [
         p for _, batch in parts_for_events(before, events, config, status_after_each=False) for p in batch

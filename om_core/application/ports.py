@@ -96,6 +96,10 @@ class OutboxTask:
     attempts: int
 
 
+# ``list_threads(profile=ALL_PROFILES)``: threads of every profile (no profile name can be "*")
+ALL_PROFILES = "*"
+
+
 @dataclass(frozen=True, slots=True)
 class ThreadRow:
     """A thread's record as the record projection holds it: what listing threads shows."""
@@ -109,6 +113,8 @@ class ThreadRow:
     updated_at: datetime | None
     # when the thread's own stream began (its first event), what recall's ``before``/``after`` filter on
     created_at: datetime | None = None
+    # the named memory profile it runs under (None: the default)
+    profile: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,9 +242,10 @@ class RecordProjection(abc.ABC):
         created_after: datetime | None = None,
         limit: int = 100,
         offset: int = 0,
+        profile: str | None = ALL_PROFILES,
     ) -> list[ThreadRow]:
         """The tenant's thread records (optionally of one resource, or these threads, created before/after a
-        moment), most recently updated first."""
+        moment, running under one profile: None for the default), most recently updated first."""
 
 
 class MessageQueries(abc.ABC):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -11,10 +11,13 @@ from typing import Any
 from om_core.application.configuration import record_config
 from om_core.application.deps import utc_now
 from om_core.application.ports import EventStore, RecordProjection
+from om_core.application.profiles import is_record_stream
 from om_core.application.repository import replay_state, snapshot_of
 from om_core.application.streams import RecordNotFoundError, tenant_of
+from om_core.domain.config import MemoryConfig
 from om_core.domain.context import build_context
 from om_core.domain.envelope import StateSnapshot, StoredSnapshot
+from om_core.domain.state import RecordState
 
 
 class VersionOutOfRangeError(LookupError):
@@ -59,6 +62,8 @@ def rebuild_projections(
     """
     report = RebuildReport()
     for stream_id in store.iter_streams(prefix):
+        if not is_record_stream(stream_id):
+            continue  # a profile's stream has no record to fold
         report.streams += 1
         rebuilt = replay_state(store, stream_id)
         report.events += rebuilt.version
@@ -97,9 +102,12 @@ def replay_context(
     *,
     to_version: int | None = None,
     profile: Mapping[str, Any] | None = None,
+    config_for: Callable[[RecordState], MemoryConfig] | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
-    """The context window a fresh fold of the first ``to_version`` events gives, as JSON.
+    """The context window a fresh fold of the first ``to_version`` events gives, as JSON, under
+    ``profile`` or, with ``config_for``, the configuration it gives the folded state (``config_of``: the
+    record's own profile, as it was at that event).
 
     Raises RecordNotFoundError for a stream with no events, VersionOutOfRangeError past its last one.
     """
@@ -108,7 +116,8 @@ def replay_context(
         raise RecordNotFoundError(stream_id)
     if to_version is not None and to_version > state.version:
         raise VersionOutOfRangeError(stream_id, to_version, state.version)
-    window = build_context(state, record_config(profile or {}, state), now or utc_now())
+    config = config_for(state) if config_for is not None else record_config(profile or {}, state)
+    window = build_context(state, config, now or utc_now())
     return {
         "stream_id": stream_id,
         "version": window.version,

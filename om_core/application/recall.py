@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from om_core.application.configuration import counter_for, record_config
+from om_core.application.configuration import counter_for
 from om_core.application.deps import Deps
 from om_core.application.ports import ThreadRow
+from om_core.application.profiles import config_of
 from om_core.application.streams import RecordNotFoundError, record_stream_for, thread_stream_id
 from om_core.application.threads import record_stream, thread_state
 from om_core.application.vector_index import GroupHit, search_observations, vector_index_enabled
@@ -382,6 +383,8 @@ class _Reach:
     stream_id: str
     shared: bool
     across: bool
+    # the profile of the calling thread: another agent's threads of the same resource are not its memory
+    profile: str | None = None
 
     def stream_of(self, thread_id: str) -> str:
         if thread_id == self.thread_id or self.shared:
@@ -396,7 +399,7 @@ class _Reach:
         if not self.across:
             raise ThreadScopeError()
         other = thread_state(self.deps, tenant=self.tenant, thread_id=requested)
-        if self.resource_id is None or other.resource_id != self.resource_id:
+        if self.resource_id is None or other.resource_id != self.resource_id or other.profile != self.profile:
             # a thread of another resource is no thread at all, as one of another tenant is
             raise RecordNotFoundError(thread_stream_id(self.tenant, requested))
         return requested
@@ -407,7 +410,11 @@ class _Reach:
         rows: list[ThreadRow] = []
         while True:
             batch = self.deps.records.list_threads(
-                self.tenant, resource_id=self.resource_id, limit=THREADS_BATCH, offset=len(rows)
+                self.tenant,
+                resource_id=self.resource_id,
+                limit=THREADS_BATCH,
+                offset=len(rows),
+                profile=self.profile,
             )
             rows.extend(batch)
             if len(batch) < THREADS_BATCH:
@@ -444,7 +451,14 @@ class _Reach:
 THREADS_BATCH = 500
 
 
-def _reach(deps: Deps, tenant: str, thread_id: str, resource_id: str | None, config: MemoryConfig) -> _Reach:
+def _reach(
+    deps: Deps,
+    tenant: str,
+    thread_id: str,
+    resource_id: str | None,
+    config: MemoryConfig,
+    profile: str | None,
+) -> _Reach:
     retrieval = config.retrieval or RetrievalConfig()
     stream_id = record_stream(deps, tenant=tenant, thread_id=thread_id)
     return _Reach(
@@ -455,6 +469,7 @@ def _reach(deps: Deps, tenant: str, thread_id: str, resource_id: str | None, con
         stream_id=stream_id,
         shared=stream_id != thread_stream_id(tenant, thread_id),
         across=retrieval.scope == "resource",
+        profile=profile,
     )
 
 
@@ -473,8 +488,8 @@ def recall(deps: Deps, *, tenant: str, thread_id: str, query: RecallQuery) -> di
     search needs the embedder and it fails.
     """
     state = thread_state(deps, tenant=tenant, thread_id=thread_id)
-    config = record_config(deps.profile, state)
-    reach = _reach(deps, tenant, thread_id, state.resource_id, config)
+    config = config_of(deps, state)
+    reach = _reach(deps, tenant, thread_id, state.resource_id, config, state.profile)
     if query.mode == "threads":
         return _threads(reach, query)
     if query.mode == "search" and vector_index_enabled(config):
@@ -641,6 +656,7 @@ def _threads(reach: _Reach, q: RecallQuery) -> dict[str, Any]:
         rows = reach.deps.records.list_threads(
             reach.tenant,
             resource_id=reach.resource_id,
+            profile=reach.profile,
             created_before=q.before,
             created_after=q.after,
             limit=limit + 1,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from om_core.application.configuration import profile_scope
 from om_core.application.deps import Deps
+from om_core.application.profiles import check_profile_name, resource_kind, scope_of
 from om_core.application.repository import load_state
+from om_core.domain.state import RecordState
 
 
 class RecordNotFoundError(LookupError):
@@ -17,8 +18,21 @@ def thread_stream_id(tenant: str, thread_id: str) -> str:
     return f"{tenant}/thread/{thread_id}"
 
 
-def resource_stream_id(tenant: str, resource_id: str) -> str:
-    return f"{tenant}/resource/{resource_id}"
+def resource_stream_id(tenant: str, resource_id: str, profile: str | None = None) -> str:
+    return f"{tenant}/{resource_kind(profile)}/{resource_id}"
+
+
+class ProfileMismatchError(ValueError):
+    """A request named another profile than the one the thread runs under."""
+
+    def __init__(self, thread_id: str, current: str | None, requested: str) -> None:
+        super().__init__(
+            f"thread {thread_id!r} runs under profile {current or 'default'!r}, not {requested!r}: "
+            "change it with PUT /v1/threads/{id} (within one scope), or use another thread"
+        )
+        self.thread_id = thread_id
+        self.current = current
+        self.requested = requested
 
 
 class ResourceRequiredError(ValueError):
@@ -32,21 +46,67 @@ class ResourceRequiredError(ValueError):
         self.thread_id = thread_id
 
 
-def record_stream_for(deps: Deps, tenant: str, thread_id: str, resource_id: str | None = None) -> str:
-    """The stream of the record a thread's messages belong to.
+def thread_own_state(deps: Deps, tenant: str, thread_id: str, *, trust_cache: bool = False) -> RecordState:
+    """The thread's own stream (its profile, resource and overrides). With ``trust_cache``, as this process
+    last saw it, unverified: only for a caller whose compare-and-set on the thread's stream will tell it
+    when that was stale (``place_thread``)."""
+    stream_id = thread_stream_id(tenant, thread_id)
+    held = deps.states.latest(stream_id) if trust_cache else None
+    return held if held is not None else load_state(deps.records, deps.store, stream_id, deps.states)
 
-    Thread scope: the thread's own stream. Resource scope (a server-profile setting): the resource's
-    stream, shared by every thread of the resource; the resource id comes from the request or from the
-    thread's own stream, where ``PUT /threads`` recorded it.
+
+def thread_profile(
+    deps: Deps, tenant: str, thread_id: str, requested: str | None = None, *, trust_cache: bool = False
+) -> str | None:
+    """The profile the thread runs under (None: the default). For a thread not created yet, the one the
+    request names, once it is known to exist; for an existing one, a different name is refused."""
+    thread = thread_own_state(deps, tenant, thread_id, trust_cache=trust_cache)
+    wanted = check_profile_name(deps, tenant, requested)
+    if thread.version == 0:
+        return wanted
+    if requested is not None and wanted != thread.profile:
+        raise ProfileMismatchError(thread_id, thread.profile, requested)
+    return thread.profile
+
+
+def place_thread(
+    deps: Deps,
+    tenant: str,
+    thread_id: str,
+    resource_id: str | None = None,
+    *,
+    profile: str | None = None,
+    trust_cache: bool = False,
+) -> tuple[str, str | None]:
+    """The stream of the record a thread's messages belong to, and the thread's profile.
+
+    The thread's profile decides. Thread scope: the thread's own stream. Resource scope: the resource's
+    stream under that profile, shared by every thread of the resource running under it; the resource id
+    comes from the request or from the thread's own stream, where ``PUT /threads`` recorded it.
+
+    ``trust_cache`` places a thread-scoped thread from this process's last view of it, which only a
+    writer or reader of the thread's own stream may use: reading or writing that stream tells it when the
+    thread changed since (it was erased and created again under another profile), and it then places the
+    thread again without the cache. A resource-scoped placement is always verified, since nothing done to
+    the resource's stream would notice.
     """
-    thread_stream = thread_stream_id(tenant, thread_id)
-    if profile_scope(deps.profile) != "resource":
-        return thread_stream
+    name = thread_profile(deps, tenant, thread_id, profile, trust_cache=trust_cache)
+    if scope_of(deps, tenant, name) != "resource":
+        return thread_stream_id(tenant, thread_id), name
+    if trust_cache:
+        return place_thread(deps, tenant, thread_id, resource_id, profile=profile)
     if resource_id is None:
-        resource_id = load_state(deps.records, deps.store, thread_stream, deps.states).resource_id
+        resource_id = thread_own_state(deps, tenant, thread_id).resource_id
     if not resource_id:
         raise ResourceRequiredError(thread_id)
-    return resource_stream_id(tenant, resource_id)
+    return resource_stream_id(tenant, resource_id, name), name
+
+
+def record_stream_for(
+    deps: Deps, tenant: str, thread_id: str, resource_id: str | None = None, *, profile: str | None = None
+) -> str:
+    """The stream of the record a thread's messages belong to (``place_thread``)."""
+    return place_thread(deps, tenant, thread_id, resource_id, profile=profile)[0]
 
 
 def tenant_of(stream_id: str) -> str:

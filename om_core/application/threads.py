@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from om_core.application.configuration import record_config
 from om_core.application.deps import Deps
 from om_core.application.ports import ThreadRow
+from om_core.application.profiles import config_of
 from om_core.application.repository import load_state
 from om_core.application.streams import (
     RecordNotFoundError,
@@ -22,6 +22,7 @@ from om_core.application.streams import (
 )
 from om_core.domain.config import MemoryConfig, ModelByInputTokens
 from om_core.domain.context import build_status, om_metadata
+from om_core.domain.profiles import DEFAULT_PROFILE
 from om_core.domain.state import RecordState
 from om_core.domain.thresholds import Role, resolve_model_route
 
@@ -38,6 +39,7 @@ class ThreadView:
     config: dict[str, Any]
     version: int
     models: dict[str, list[str]]
+    profile: str
 
     @classmethod
     def of(
@@ -55,6 +57,7 @@ class ThreadView:
             config=state.config_overrides,
             version=state.version,
             models=role_models(config),
+            profile=state.profile or DEFAULT_PROFILE,
         )
 
 
@@ -100,7 +103,7 @@ def thread_state(deps: Deps, *, tenant: str, thread_id: str) -> RecordState:
 
 def describe_thread(deps: Deps, *, tenant: str, thread_id: str) -> ThreadView:
     state = thread_state(deps, tenant=tenant, thread_id=thread_id)
-    config = record_config(deps.profile, state)
+    config = config_of(deps, state)
     return ThreadView.of(state, thread_id, config, om_metadata(state, config))
 
 
@@ -135,7 +138,7 @@ def record_head(deps: Deps, *, tenant: str, thread_id: str) -> RecordHead:
 def record_status(deps: Deps, *, tenant: str, thread_id: str) -> dict[str, Any]:
     """The ``data-om-status`` object of the thread's record."""
     state = record_state(deps, tenant=tenant, thread_id=thread_id)
-    return build_status(state, record_config(deps.profile, state))
+    return build_status(state, config_of(deps, state))
 
 
 def threads_of(

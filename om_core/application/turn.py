@@ -29,6 +29,7 @@ def take_turn(
     messages: Sequence[Mapping[str, Any]],
     resource_id: str | None = None,
     caller_model: str | None = None,
+    profile: str | None = None,
     wait: bool = True,
     caller_provider_options: Mapping[str, Any] | None = None,
 ) -> TurnOutcome:
@@ -41,6 +42,7 @@ def take_turn(
         messages=messages,
         resource_id=resource_id,
         caller_model=caller_model,
+        profile=profile,
     )
     # the read starts from the state the append committed: no second round trip to the store
     start = appended.state.fork() if appended.state is not None else None

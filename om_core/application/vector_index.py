@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from om_core.application.configuration import record_config
 from om_core.application.deps import Deps
 from om_core.application.ports import EmbeddingRequest
+from om_core.application.profiles import config_of, is_record_stream
 from om_core.application.repository import load_state
 from om_core.application.streams import record_stream_for, thread_stream_id
 from om_core.application.task_requests import QUEUE_MAINTENANCE, TASK_INDEX_OBSERVATIONS, task_request
@@ -42,7 +42,7 @@ def index_observations(deps: Deps, stream_id: str, cycle_id: str) -> int:
         return 0
     groups = observation_groups(str(outcome.data.get("observations", "")))
     state = load_state(deps.records, deps.store, stream_id, deps.states)
-    config = record_config(deps.profile, state)
+    config = config_of(deps, state)
     if not groups or config.retrieval is None or not config.retrieval.vector:
         return 0
     threads: dict[str, str | None]
@@ -88,6 +88,8 @@ def reindex_observations(deps: Deps, *, prefix: str = "", page: int = 500) -> Re
     changing ``retrieval.embedder`` (search only ranks groups embedded by the configured embedder)."""
     report = ReindexReport()
     for stream_id in deps.store.iter_streams(prefix):
+        if not is_record_stream(stream_id):
+            continue
         report.streams += 1
         after = 0
         while True:
@@ -116,9 +118,15 @@ def search_observations(
     own = load_state(deps.records, deps.store, thread_stream_id(tenant, thread_id), deps.states)
     record = record_stream_for(deps, tenant, thread_id, own.resource_id)
     whole_resource = config.retrieval.scope == "resource" and own.resource_id is not None
-    found = deps.index.load_indexed_groups(
-        tenant, stream_ids=[record], resource_id=own.resource_id if whole_resource else None
-    )
+    streams = [record]
+    if whole_resource and record == thread_stream_id(tenant, thread_id):
+        # thread scope: the resource's other threads running under the same profile (another agent's
+        # threads of the same user are not this one's memory)
+        rows = deps.records.list_threads(
+            tenant, resource_id=own.resource_id, limit=10_000, profile=own.profile
+        )
+        streams += [thread_stream_id(tenant, r.thread_id) for r in rows if r.thread_id != thread_id]
+    found = deps.index.load_indexed_groups(tenant, stream_ids=streams)
     candidates = [
         g
         for g in found

@@ -18,10 +18,11 @@ from typing import Any
 
 from om_core.application.configuration import record_config
 from om_core.application.deps import Deps
+from om_core.application.profiles import ProfileNotFoundError, config_of, profile_layer, record_profile
 from om_core.application.repository import load_state
 from om_core.application.streams import tenant_of
 from om_core.application.task_requests import webhook_request
-from om_core.domain.config import MemoryConfig, Webhook
+from om_core.domain.config import MemoryConfig, Webhook, webhook_secret
 from om_core.domain.envelope import NewEvent, TaskRequest
 from om_core.domain.events import DomainEvent
 from om_core.domain.parts import LIFECYCLE_EVENTS, parts_for_events
@@ -61,13 +62,19 @@ def webhook_tasks(
     (from this process's state cache, as a rule). When the record moved meanwhile the commit's
     compare-and-set fails anyway, and its retry asks again: nothing is planned for it.
     """
-    hooks = profile_webhooks(deps.profile)
-    if not hooks or not any(isinstance(event, LIFECYCLE_EVENTS) for event in events):
+    # only the deployment's profiles can have webhooks (a tenant's cannot: check_tenant_profile)
+    deployment = (deps.profile, *deps.profiles.values())
+    if not any(layer.get("webhooks") for layer in deployment):
+        return []
+    if not any(isinstance(event, LIFECYCLE_EVENTS) for event in events):
         return []
     before = load_state(deps.records, deps.store, stream_id, deps.states)
     if before.version != base_version:
         return []
-    config = record_config(deps.profile, before)
+    hooks = profile_webhooks(profile_layer(deps, tenant_of(stream_id), record_profile(before)))
+    if not hooks:
+        return []
+    config = config_of(deps, before)
     tenant = tenant_of(stream_id)
     tasks: list[TaskRequest] = []
     for index, parts in parts_for_events(before, list(events), config, status_after_each=False):
@@ -129,10 +136,23 @@ class Delivery:
     body: str
 
 
+def _record_webhooks(deps: Deps, stream_id: str) -> tuple[Webhook, ...]:
+    """The webhooks of the profile the record runs under now."""
+    state = load_state(deps.records, deps.store, stream_id, deps.states)
+    try:
+        return profile_webhooks(profile_layer(deps, tenant_of(stream_id), record_profile(state)))
+    except ProfileNotFoundError:
+        return ()
+
+
 def deliver_webhook(deps: Deps, sender: WebhookSender, delivery: Delivery) -> DeliveryOutcome:
     """POST one lifecycle event, signed with its webhook's secret and stamped with the time of this
-    attempt. Raises WebhookDeliveryError when the receiver did not answer with a 2xx."""
-    hook = next((h for h in profile_webhooks(deps.profile) if endpoint_key(h.url) == delivery.endpoint), None)
+    attempt. Raises WebhookDeliveryError when the receiver did not answer with a 2xx, WebhookSecretError
+    when the secret's variable is not set in this process."""
+    hook = next(
+        (h for h in _record_webhooks(deps, delivery.stream_id) if endpoint_key(h.url) == delivery.endpoint),
+        None,
+    )
     if hook is None or delivery.event not in hook.events:
         return DeliveryOutcome.UNSUBSCRIBED
     if deps.store.find_event(uuid.UUID(delivery.event_id)) is None:
@@ -144,7 +164,7 @@ def deliver_webhook(deps: Deps, sender: WebhookSender, delivery: Delivery) -> De
         ID_HEADER: delivery.delivery_id,
         EVENT_HEADER: delivery.event,
         TIMESTAMP_HEADER: str(timestamp),
-        SIGNATURE_HEADER: sign(hook.secret, timestamp, body),
+        SIGNATURE_HEADER: sign(webhook_secret(hook, deps.environ), timestamp, body),
     }
     status = sender.post(hook.url, body, headers)
     if not 200 <= status < 300:

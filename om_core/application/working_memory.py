@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from om_core.application.configuration import record_config
 from om_core.application.deps import Deps
+from om_core.application.profiles import config_of
 from om_core.application.threads import record_state
 
 
@@ -49,7 +49,7 @@ def read_working_memory(deps: Deps, *, tenant: str, thread_id: str) -> WorkingMe
     """The thread's working memory; ``document`` is None until the Observer first writes it (and always
     when working memory is off). RecordNotFoundError for a thread without a record."""
     state = record_state(deps, tenant=tenant, thread_id=thread_id)
-    config = record_config(deps.profile, state)
+    config = config_of(deps, state)
     settings = config.working_memory
     enabled = config.observation.manage_working_memory and settings.enabled
     schema = settings.schema_

@@ -867,12 +867,44 @@ def _webhook_events(value: object) -> tuple[str, ...]:
 
 
 class Webhook(_Section):
-    """An endpoint the workers POST lifecycle events to, signed with ``secret`` (docs/operations.md)."""
+    """An endpoint the workers POST lifecycle events to, signed with ``secret``, or with the value of the
+    environment variable ``secretEnv`` names, which keeps the secret out of the profile file
+    (docs/operations.md)."""
 
     url: Annotated[str, BeforeValidator(_webhook_url)]
     events: Annotated[tuple[str, ...], BeforeValidator(_webhook_events)] = LIFECYCLE_EVENTS
     # kept out of reprs: a configuration printed in a log must not show it
-    secret: Annotated[StrictStr, Field(min_length=WEBHOOK_SECRET_MIN_LENGTH, repr=False)]
+    secret: Annotated[StrictStr | None, Field(min_length=WEBHOOK_SECRET_MIN_LENGTH, repr=False)] = None
+    secret_env: Annotated[StrictStr | None, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] = None
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> Webhook:
+        if (self.secret is None) == (self.secret_env is None):
+            raise ValueError("needs exactly one of secret and secretEnv (the variable holding the secret)")
+        return self
+
+
+class WebhookSecretError(ValueError):
+    """A webhook's ``secretEnv`` names a variable that is unset (or too short) where deliveries are signed."""
+
+    def __init__(self, url: str, variable: str, rule: str) -> None:
+        super().__init__(f"the webhook {url}: secretEnv {variable} {rule}")
+        self.variable = variable
+
+
+def webhook_secret(hook: Webhook, environ: Mapping[str, str]) -> str:
+    """The key a delivery to ``hook`` is signed with: its ``secret``, or the value of ``secretEnv``."""
+    if hook.secret is not None:
+        return hook.secret
+    assert hook.secret_env is not None
+    value = environ.get(hook.secret_env)
+    if value is None:
+        raise WebhookSecretError(hook.url, hook.secret_env, "is not set in this process's environment")
+    if len(value) < WEBHOOK_SECRET_MIN_LENGTH:
+        raise WebhookSecretError(
+            hook.url, hook.secret_env, f"must hold at least {WEBHOOK_SECRET_MIN_LENGTH} characters"
+        )
+    return value
 
 
 def _unique_webhooks(webhooks: tuple[Webhook, ...]) -> tuple[Webhook, ...]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from om_core.domain.envelope import JSONDict, NewEvent, RecordedEvent
 
@@ -57,6 +57,8 @@ class ThreadConfigured(DomainEvent):
     metadata: JSONDict | None = None
     # per-thread overrides of the server profile, camelCase as the client sent them; None = unchanged
     config: JSONDict | None = None
+    # the named memory profile the thread runs under; None = unchanged (a new thread: the default)
+    profile: str | None = None
     at: str
 
 
@@ -158,6 +160,9 @@ class StaleOutcome(DomainEvent):
 
     cycle_id: str
     reason: str
+    # what the discarded answer's calls cost; None when no model was called (the cycle was already over),
+    # and then left out of the stored event, which stays what it was before stale results had usage
+    usage: Usage | None = Field(default=None, exclude_if=lambda value: value is None)
     at: str
 
 
@@ -346,6 +351,30 @@ class ContextReturnedOverBudget(DomainEvent):
     at: str
 
 
+# --- a tenant's named profiles (their own streams, folded by om_core/domain/profiles.py) ---------------
+
+
+class ProfileSet(DomainEvent):
+    """A tenant's named profile was created or replaced: ``options`` is the whole configuration."""
+
+    event_type: ClassVar[str] = "ProfileSet"
+
+    name: str
+    options: JSONDict
+    # who: the API key's label (or the tenant) that made the change
+    by: str
+    at: str
+
+
+class ProfileDeleted(DomainEvent):
+    event_type: ClassVar[str] = "ProfileDeleted"
+
+    name: str
+    by: str
+    at: str
+
+
+# the events of a record's stream; a profile's stream holds only PROFILE_EVENT_CLASSES
 EVENT_CLASSES: dict[str, type[DomainEvent]] = {
     cls.event_type: cls
     for cls in (
@@ -373,6 +402,9 @@ EVENT_CLASSES: dict[str, type[DomainEvent]] = {
         ContextReturnedOverBudget,
     )
 }
+PROFILE_EVENT_CLASSES: dict[str, type[DomainEvent]] = {
+    cls.event_type: cls for cls in (ProfileSet, ProfileDeleted)
+}
 
 
 class UnknownEventTypeError(ValueError):
@@ -398,7 +430,7 @@ def from_recorded(recorded: RecordedEvent) -> DomainEvent:
 
 
 def decode_event(event_type: str, data: dict[str, Any]) -> DomainEvent:
-    cls = EVENT_CLASSES.get(event_type)
+    cls = EVENT_CLASSES.get(event_type) or PROFILE_EVENT_CLASSES.get(event_type)
     if cls is None:
         raise UnknownEventTypeError(event_type)
     return cls.model_validate(data)

@@ -44,6 +44,7 @@ from om_core.domain.events import (
     ThreadTitleChanged,
     ValuesExtracted,
 )
+from om_core.domain.profiles import DEFAULT_PROFILE
 from om_core.domain.tokens import TOKENS_PER_CONVERSATION
 
 
@@ -174,6 +175,9 @@ class RecordState(_Model):
     title: str | None = None
     thread_metadata: dict[str, Any] = {}
     config_overrides: dict[str, Any] = {}
+    # the thread's named profile (None: the default). Left out of the stored row while unset, so records
+    # written before profiles existed still compare equal to their fold
+    profile: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
     next_seq: int = 1
     observed_seq: int = 0
@@ -380,6 +384,8 @@ def _thread_configured(s: RecordState, e: ThreadConfigured) -> None:
         s.thread_metadata = dict(e.metadata)
     if e.config is not None:
         s.config_overrides = dict(e.config)
+    if e.profile is not None:
+        s.profile = None if e.profile == DEFAULT_PROFILE else e.profile
 
 
 def _expect_seq(s: RecordState, seq: int, what: str) -> None:

@@ -318,7 +318,7 @@ def _v1_requests(app: Any) -> list[tuple[str, str, dict[str, Any]]]:
     for template, operations in app.openapi()["paths"].items():
         if not template.startswith("/v1/"):
             continue
-        path = template.replace("{thread_id}", "down").replace("{resource_id}", "r1")
+        path = template.replace("{thread_id}", "down").replace("{resource_id}", "r1").replace("{name}", "p1")
         for method in operations:
             body: dict[str, Any] = {}
             if path.endswith(("/messages", "/turn")):
@@ -332,6 +332,8 @@ def _v1_requests(app: Any) -> list[tuple[str, str, dict[str, Any]]]:
                         "metadata": {"om_thread_id": "down"},
                     }
                 }
+            elif method == "put" and path.startswith("/v1/profiles/"):
+                body = {"json": {"model": "om-local/extractive"}}
             elif method == "put":
                 body = {"json": {"title": "t"}}
             requests.append((method.upper(), path, body))

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from om_core.adapters.models.model_ids import PROVIDERS
+from om_core.application.append import append_messages
+from om_core.bootstrap import build_inline
 from testing.postgres import create_postgres_database, drop_postgres_database, postgres_server
 from testing.processes import free_port, om_server
 
@@ -291,3 +293,28 @@ def test_the_traceback_is_shown_only_when_asked_for(how: str) -> None:
         result = om("migrate", "--database-url", url, env={"OM_DEBUG": "1"})
     assert result.returncode != 0
     assert "Traceback" in result.stderr and "OperationalError" in result.stderr
+
+
+def test_replay_and_simulate_use_the_threads_own_profile(tmp_path: Path) -> None:
+    document = {
+        "profiles": {
+            "default": {"model": "om-local/extractive"},
+            "tight": {"model": "om-local/extractive", "observation": {"messageTokens": 700}},
+        }
+    }
+    profile = tmp_path / "profiles.json"
+    profile.write_text(json.dumps(document))
+    database = tmp_path / "om.sqlite3"
+    deps, _ = build_inline(database_url=f"sqlite:///{database}", profile=document)
+    for i in range(3):
+        message = {"id": f"m{i}", "role": "user", "content": f"message {i}"}
+        append_messages(deps, tenant="t", thread_id="x", messages=[message], profile="tight")
+    deps.close()
+    env = {"OM_PROFILE": str(profile)}
+    replay = om("replay", "x", "--tenant", "t", database=database, env=env)
+    assert replay.returncode == 0, replay.stderr
+    assert json.loads(replay.stdout)["status"]["windows"]["active"]["messages"]["threshold"] == 700
+    options = tmp_path / "options.yaml"
+    options.write_text("observation:\n  bufferTokens: false\n")
+    simulated = om("simulate", "x", "--config", str(options), "--tenant", "t", database=database, env=env)
+    assert simulated.returncode == 0, simulated.stderr

@@ -32,6 +32,7 @@ from sqlalchemy.sql.elements import BindParameter
 from om_core.adapters.store import schema
 from om_core.adapters.store.schema import api_keys, events, indexed_groups, messages, outbox, records
 from om_core.application.ports import (
+    ALL_PROFILES,
     ApiKeys,
     ConcurrencyError,
     DuplicateEventError,
@@ -426,6 +427,7 @@ class SqlEventStore(EventStore, RecordProjection, MessageQueries, Outbox, Vector
         created_after: datetime | None = None,
         limit: int = 100,
         offset: int = 0,
+        profile: str | None = ALL_PROFILES,
     ) -> list[ThreadRow]:
         # a thread was created with the first event of its own stream; the (stream_id, stream_version) key
         # finds it without a column of its own
@@ -448,6 +450,9 @@ class SqlEventStore(EventStore, RecordProjection, MessageQueries, Outbox, Vector
             query = query.where(records.c.resource_id == resource_id)
         if thread_ids is not None:
             query = query.where(records.c.stream_id.in_([thread_stream_id(tenant, t) for t in thread_ids]))
+        if profile != ALL_PROFILES:
+            named = records.c.state["profile"].as_string()
+            query = query.where(named.is_(None) if profile is None else named == profile)
         if created_before is not None:
             query = query.where(created_at < created_before)
         if created_after is not None:
@@ -468,6 +473,7 @@ class SqlEventStore(EventStore, RecordProjection, MessageQueries, Outbox, Vector
                     version=int(row.version),
                     updated_at=row.updated_at,
                     created_at=row.created_at,
+                    profile=state.get("profile"),
                 )
             )
         return out

@@ -384,6 +384,28 @@ class EventStoreContract:
         assert [h.message.message_id for h in only_b] == ["m2"]
         assert store.search_messages("acme", word, stream_ids=[new_stream()]) == []
 
+    def test_threads_are_listed_by_profile(self, store: SqlEventStore) -> None:
+        resource = f"res-{uuid.uuid4().hex}"
+        for thread, profile in (("a", None), ("b", "support"), ("c", "support"), ("d", "coder")):
+            state: dict[str, Any] = {"thread_id": f"{resource}-{thread}"}
+            if profile is not None:
+                state["profile"] = profile
+            snapshot = StateSnapshot(
+                state=state, tenant="acme", thread_id=state["thread_id"], resource_id=resource
+            )
+            store.append(f"acme/thread/{resource}-{thread}", [event(1)], 0, snapshot=snapshot)
+
+        def listed(**profile: str | None) -> list[str]:
+            rows = store.list_threads("acme", resource_id=resource, **profile)
+            return sorted(r.thread_id.removeprefix(f"{resource}-") for r in rows)
+
+        assert listed() == ["a", "b", "c", "d"]
+        assert listed(profile="support") == ["b", "c"]
+        assert listed(profile=None) == ["a"], "None is the default profile"
+        assert listed(profile="nobody") == []
+        rows = store.list_threads("acme", resource_id=resource, profile="coder")
+        assert [r.profile for r in rows] == ["coder"]
+
     def test_threads_are_listed_with_their_creation_and_filtered_by_it(self, store: SqlEventStore) -> None:
         resource = f"res-{uuid.uuid4().hex}"
 
@@ -399,6 +421,9 @@ class EventStoreContract:
         store.append(older, [event(1)], 0, snapshot=record(f"{resource}-old"))
         time.sleep(0.05)
         store.append(newer, [event(1)], 0, snapshot=record(f"{resource}-new"))
+        # SQLite's clock counts milliseconds, and an append takes less: without a pause both rows could
+        # carry the same updated_at, and the listing would order them by stream id
+        time.sleep(0.01)
         # a later append updates the older thread, but it was still created first
         store.append(older, [event(2)], 1, snapshot=record(f"{resource}-old"))
         listed = store.list_threads("acme", resource_id=resource)

@@ -36,6 +36,9 @@ _PRIORITY = re.compile(r"^\s*(?:🔴|🟡|🟢|✅)")
 _ECHO_MARKUP = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+|🔴|🟡|🟢|✅|\(\d{1,2}:\d{2}\)|[\"'`]")
 # a copied line this long is a copy, not a coincidence
 ECHO_MIN_CHARS = 24
+_LETTER = re.compile(r"[^\W\d_]")
+# what a model writes when it has nothing to say, as a list item of its own
+_NOTHING = re.compile(r"\(?(?:none|nothing( new)?|n/a|no (?:new )?observations?)\)?\.?")
 _ANCHOR_ID = re.compile(r"\[O\d+(?:-N\d+)?\]\s?")
 _THREAD_TAG = re.compile(r"</?thread\b[^>]*>")
 _ID_ATTRIBUTE = re.compile(r"""\bid\s*=\s*(?:"(?P<double>[^"]*)"|'(?P<single>[^']*)'|(?P<bare>[^\s>]+))""")
@@ -237,15 +240,20 @@ def _echo_key(line: str) -> str:
 
 
 def _without_echoes(text: str, instructions: str) -> str:
-    """``text`` less the lines that copy the instructions the model was given (their format rules, their
-    examples): a small model repeats its prompt, and such a line is never an observation of the
-    conversation. Short lines are kept, since a few words may well be said in both."""
-    if not instructions:
-        return text
-    source = "\n".join(_echo_key(line) for line in instructions.split("\n"))
-    kept = [
-        line for line in text.split("\n") if len(key := _echo_key(line)) < ECHO_MIN_CHARS or key not in source
-    ]
+    """``text`` less what is no observation: an item that says nothing (a bare marker or time, "(none)",
+    "N/A"), and a line that copies the instructions the
+    model was given (their format rules, their examples), since a small model repeats its prompt and such
+    a line says nothing about the conversation. Short lines may well be said in both, and are kept."""
+    source = "\n".join(_echo_key(line) for line in instructions.split("\n")) if instructions else ""
+    kept = []
+    for line in text.split("\n"):
+        key = _echo_key(line)
+        item = bool(_LIST_ITEM.match(line) or _PRIORITY.match(line))
+        if item and (not _LETTER.search(key) or _NOTHING.fullmatch(key)):
+            continue
+        if source and len(key) >= ECHO_MIN_CHARS and key in source:
+            continue
+        kept.append(line)
     return "\n".join(kept)
 
 

@@ -97,7 +97,7 @@ def test_whole_reply_in_a_code_fence() -> None:
 
 
 def test_long_lines_truncated() -> None:
-    long_line = "* 🔴 " + " ".join(str(n * n) for n in range(3_000))
+    long_line = "* 🔴 Codes " + " ".join(str(n * n) for n in range(3_000))
     output = parse_observer_output(f"<observations>\n{long_line}\n</observations>")
     line = output.observations.split("\n")[0]
     assert len(line) == 10_000 + len("… [truncated]")
@@ -343,3 +343,9 @@ def test_a_reflector_reply_without_any_observation_is_no_reflection() -> None:
     # the condensed log written without tags or bullets is still a reflection
     plain = "Date: May 15, 2023\n🔴 (14:30) User has two cats\n🟡 User likes tea"
     assert parse_observer_output(plain, reflector=True).observations == plain
+
+
+def test_an_item_that_says_nothing_is_no_observation() -> None:
+    reply = "- (none)\n* 🔴\n- 🟡 (10:00)\n* 🔴 (10:01) User has two cats\n1. N/A\n- Nothing new."
+    assert parse_observer_output(reply).observations == "* 🔴 (10:01) User has two cats"
+    assert parse_observer_output("<observations>\n* 🔴 (10:00)\n- none\n</observations>").observations == ""

@@ -144,10 +144,10 @@ def append_messages(
         # the first try starts from the state this process last saw, without asking the store whether it
         # is current: the commit's compare-and-set answers that, and a lost one places the thread and
         # reads the record again
-        stream_id, name = place_thread(
+        placement = place_thread(
             deps, tenant, thread_id, resource_id, profile=profile, trust_cache=trust_cache
         )
-        layer = profile_layer(deps, tenant, name)
+        stream_id, name, layer = placement.stream_id, placement.profile, placement.layer
         shared_record = stream_id != thread_stream_id(tenant, thread_id)
         if shared_record and deps.store.stream_version(thread_stream_id(tenant, thread_id)) == 0:
             # resource scope: the thread itself is still recorded on its own stream, with its resource

@@ -105,7 +105,8 @@ def read_context(
         if start is not None:
             stream_id, name = start.stream_id, record_profile(start)
         else:
-            stream_id, name = place_thread(deps, tenant, thread_id, trust_cache=trusted)
+            placement = place_thread(deps, tenant, thread_id, trust_cache=trusted)
+            stream_id, name = placement.stream_id, placement.profile
     except ResourceRequiredError:
         raise RecordNotFoundError(thread_stream_id(tenant, thread_id)) from None
     if at_version is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from om_core.application.configuration import profile_scope, record_config
+from om_core.application.configuration import record_config
 from om_core.application.deps import Deps
 from om_core.domain.config import MemoryConfig
 from om_core.domain.events import from_recorded
@@ -104,10 +104,6 @@ def config_of(deps: Deps, state: RecordState, *, at_position: int | None = None)
     """The configuration a record runs under: its profile with the thread's own overrides on top."""
     layer = profile_layer(deps, _tenant_of(state.stream_id), record_profile(state), at_position=at_position)
     return record_config(layer, state)
-
-
-def scope_of(deps: Deps, tenant: str, name: str | None) -> str:
-    return profile_scope(profile_layer(deps, tenant, name))
 
 
 def check_profile_name(deps: Deps, tenant: str, name: str | None) -> str | None:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from om_core.application.configuration import profile_scope
 from om_core.application.deps import Deps
-from om_core.application.profiles import check_profile_name, resource_kind, scope_of
+from om_core.application.profiles import check_profile_name, profile_layer, resource_kind
 from om_core.application.repository import load_state
 from om_core.domain.state import RecordState
 
@@ -55,18 +60,26 @@ def thread_own_state(deps: Deps, tenant: str, thread_id: str, *, trust_cache: bo
     return held if held is not None else load_state(deps.records, deps.store, stream_id, deps.states)
 
 
-def thread_profile(
-    deps: Deps, tenant: str, thread_id: str, requested: str | None = None, *, trust_cache: bool = False
+def _profile_of(
+    deps: Deps, tenant: str, thread_id: str, thread: RecordState, requested: str | None
 ) -> str | None:
     """The profile the thread runs under (None: the default). For a thread not created yet, the one the
     request names, once it is known to exist; for an existing one, a different name is refused."""
-    thread = thread_own_state(deps, tenant, thread_id, trust_cache=trust_cache)
     wanted = check_profile_name(deps, tenant, requested)
     if thread.version == 0:
         return wanted
     if requested is not None and wanted != thread.profile:
         raise ProfileMismatchError(thread_id, thread.profile, requested)
     return thread.profile
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a thread's record lives: its stream, and the profile (name and options) it runs under."""
+
+    stream_id: str
+    profile: str | None
+    layer: Mapping[str, Any]
 
 
 def place_thread(
@@ -77,7 +90,7 @@ def place_thread(
     *,
     profile: str | None = None,
     trust_cache: bool = False,
-) -> tuple[str, str | None]:
+) -> Placement:
     """The stream of the record a thread's messages belong to, and the thread's profile.
 
     The thread's profile decides. Thread scope: the thread's own stream. Resource scope: the resource's
@@ -90,23 +103,28 @@ def place_thread(
     thread again without the cache. A resource-scoped placement is always verified, since nothing done to
     the resource's stream would notice.
     """
-    name = thread_profile(deps, tenant, thread_id, profile, trust_cache=trust_cache)
-    if scope_of(deps, tenant, name) != "resource":
-        return thread_stream_id(tenant, thread_id), name
-    if trust_cache:
-        return place_thread(deps, tenant, thread_id, resource_id, profile=profile)
-    if resource_id is None:
-        resource_id = thread_own_state(deps, tenant, thread_id).resource_id
+    thread = thread_own_state(deps, tenant, thread_id, trust_cache=trust_cache)
+    name = _profile_of(deps, tenant, thread_id, thread, profile)
+    layer = profile_layer(deps, tenant, name)
+    if profile_scope(layer) != "resource":
+        return Placement(thread_stream_id(tenant, thread_id), name, layer)
+    if trust_cache and thread.version:
+        thread = thread_own_state(deps, tenant, thread_id)
+        name = _profile_of(deps, tenant, thread_id, thread, profile)
+        layer = profile_layer(deps, tenant, name)
+        if profile_scope(layer) != "resource":
+            return Placement(thread_stream_id(tenant, thread_id), name, layer)
+    resource_id = resource_id if resource_id is not None else thread.resource_id
     if not resource_id:
         raise ResourceRequiredError(thread_id)
-    return resource_stream_id(tenant, resource_id, name), name
+    return Placement(resource_stream_id(tenant, resource_id, name), name, layer)
 
 
 def record_stream_for(
     deps: Deps, tenant: str, thread_id: str, resource_id: str | None = None, *, profile: str | None = None
 ) -> str:
     """The stream of the record a thread's messages belong to (``place_thread``)."""
-    return place_thread(deps, tenant, thread_id, resource_id, profile=profile)[0]
+    return place_thread(deps, tenant, thread_id, resource_id, profile=profile).stream_id
 
 
 def tenant_of(stream_id: str) -> str:

@@ -45,7 +45,7 @@ def operator_error(error: BaseException) -> str | None:
     from om_core.application.ports import ModelConfigurationError, StoreUnavailableError
     from om_core.application.projections import VersionOutOfRangeError
     from om_core.application.streams import RecordNotFoundError
-    from om_core.bootstrap import SchemaNotMigratedError
+    from om_core.bootstrap import SchemaNotMigratedError, SchemaTooNewError
     from om_core.domain.config import ConfigError, WebhookSecretError
     from om_core.settings import ProfileError, SettingsError
 
@@ -60,6 +60,8 @@ def operator_error(error: BaseException) -> str | None:
         return f"{error}: pass --to {error.version} or less"
     if isinstance(error, SchemaNotMigratedError):
         return f"{error}: run `om migrate` on this database first"
+    if isinstance(error, SchemaTooNewError):
+        return str(error)
     if isinstance(error, RecordNotFoundError):
         tenant, kind, name = [*error.stream_id.split("/", 2), "", ""][:3]
         return (

@@ -77,7 +77,7 @@ def serve(
 
     from om_api.app import create_app
     from om_core.adapters.models.model_ids import KEYLESS_MODEL
-    from om_core.bootstrap import check_profile_models, prepare_database
+    from om_core.bootstrap import check_profile_models, wait_for_schema
     from om_core.settings import EMBEDDED_BROKER_URL
 
     settings = _settings(host=host, port=port, database_url=database_url)
@@ -94,7 +94,9 @@ def serve(
             )
     # what every process would find at its first request, found before listening
     check_profile_models(settings.profile_document)
-    prepare_database(settings.database_url)
+    wait_for_schema(
+        settings.database_url, settings.schema_wait_seconds, lambda line: typer.echo(line, err=True)
+    )
     if not settings.broker_url.startswith("memory://"):
         _check_broker(settings.broker_url)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

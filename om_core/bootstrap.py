@@ -5,7 +5,8 @@ in-process Python user run it), and the building blocks the worker's and the API
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from om_core.adapters.inline_dispatcher import InlineDispatcher
@@ -32,7 +33,7 @@ from om_core.settings import ServerSettings
 
 
 class SchemaNotMigratedError(RuntimeError):
-    """The database's schema is not at the newest revision: ``om migrate`` has not been run on it."""
+    """The database's schema is older than this om's: ``om migrate`` has not been run on it (yet)."""
 
     def __init__(self, revision: str | None, head: str) -> None:
         self.revision = revision
@@ -41,20 +42,57 @@ class SchemaNotMigratedError(RuntimeError):
         super().__init__(f"the database schema is {found}, not at {head}")
 
 
+class SchemaTooNewError(RuntimeError):
+    """The database's schema is at a revision this om does not know: a newer om migrated it."""
+
+    def __init__(self, revision: str, head: str) -> None:
+        self.revision = revision
+        self.head = head
+        super().__init__(
+            f"the database schema is at revision {revision}, newer than this om's {head}: "
+            "run the om version that migrated it (every process of a deployment on the same version)"
+        )
+
+
 def prepare_database(database_url: str) -> None:
     """Make sure the schema is at head before a process uses the database. SQLite is the embedded store
     and is migrated here, as ``om serve --embedded`` does; any other database is migrated once per deploy by
-    ``om migrate``, so here it is only checked (SchemaNotMigratedError). An unreachable database fails here
-    too, with the driver's error, rather than at the first request."""
+    ``om migrate``, so here it is only checked (SchemaNotMigratedError, SchemaTooNewError). An unreachable
+    database fails here too, with the driver's error, rather than at the first request."""
     if database_url.startswith("sqlite"):
         upgrade_to_head(database_url)
         return
     from alembic.script import ScriptDirectory
 
-    head = ScriptDirectory.from_config(alembic_config(database_url)).get_current_head()
+    scripts = ScriptDirectory.from_config(alembic_config(database_url))
+    head = str(scripts.get_current_head())
     revision = current_revision(database_url)
-    if revision != head:
-        raise SchemaNotMigratedError(revision, str(head))
+    if revision == head:
+        return
+    if revision is not None and revision not in {script.revision for script in scripts.walk_revisions()}:
+        raise SchemaTooNewError(revision, head)
+    raise SchemaNotMigratedError(revision, head)
+
+
+def wait_for_schema(
+    database_url: str, wait_seconds: float, say: Callable[[str], None], *, poll_seconds: float = 1.0
+) -> None:
+    """``prepare_database``, waiting up to ``wait_seconds`` for a schema that is behind to be migrated
+    (``OM_SCHEMA_WAIT_SECONDS``: a process an orchestrator starts beside the migration). It says once that
+    it waits; past the wait, the schema's error is raised as without one."""
+    deadline = time.monotonic() + wait_seconds
+    said = False
+    while True:
+        try:
+            prepare_database(database_url)
+            return
+        except SchemaNotMigratedError as error:
+            if time.monotonic() + poll_seconds > deadline:
+                raise
+            if not said:
+                say(f"{error}: waiting up to {wait_seconds:.0f}s for `om migrate` (OM_SCHEMA_WAIT_SECONDS)")
+                said = True
+            time.sleep(poll_seconds)
 
 
 def build_deps(

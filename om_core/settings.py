@@ -156,6 +156,9 @@ class ServerSettings(BaseSettings):
     max_message_bytes: int = Field(default=1_000_000, gt=0)
     max_request_bytes: int = Field(default=8_000_000, gt=0)
     sync_wait_seconds: float = Field(default=10.0, ge=0)
+    # how long `om serve` and `om worker` wait at start for `om migrate` to bring the schema to their
+    # revision (an orchestrator may start them before the migration ends); 0: refuse at once
+    schema_wait_seconds: float = Field(default=0.0, ge=0)
     # record states a process keeps parsed between requests (om_core/application/state_cache.py)
     state_cache_size: int = Field(default=256, ge=0)
     # requests per second per tenant, in each API process (0: no limit); burst 0 means two seconds' worth

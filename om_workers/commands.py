@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Run a Celery worker for om's queues (om.sync first: blocking work is never behind background)."""
-        from om_core.bootstrap import check_profile_models, check_webhook_secrets
+        from om_core.bootstrap import check_profile_models, check_webhook_secrets, wait_for_schema
         from om_core.settings import ServerSettings
 
         settings = ServerSettings()
@@ -64,6 +64,10 @@ def register(app: typer.Typer) -> None:
         check_profile_models(settings.profile_document)
         # the worker signs webhook deliveries: a secret it cannot read would fail every one of them
         check_webhook_secrets(settings.profile_document)
+        # a worker on an older schema would fail every task that writes what the newer one has
+        wait_for_schema(
+            settings.database_url, settings.schema_wait_seconds, lambda line: typer.echo(line, err=True)
+        )
         celery_app = _celery_app(settings)
         if metrics_port:
             from om_workers.metrics import start_metrics_server

@@ -7,21 +7,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from om_api.json_body import contains_nul
 from om_core.domain.profiles import PROFILE_NAME_PATTERN
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~+=-]{0,255}$"
 PROFILE_PATTERN = f"^{PROFILE_NAME_PATTERN}$"
 ID_RULE = "1–256 characters: ASCII letters, digits and . _ : @ ~ + = - (starting with a letter or digit)"
-
-
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
 
 
 class _Body(BaseModel):
@@ -31,7 +22,7 @@ class _Body(BaseModel):
     @classmethod
     def _no_nul(cls, data: Any) -> Any:
         # JSON allows \u0000 but no database text type stores it (Postgres refuses it in jsonb and text)
-        if _has_nul(data):
+        if contains_nul(data):
             raise ValueError("strings must not contain the NUL character (\\u0000)")
         return data
 

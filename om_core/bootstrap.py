@@ -105,6 +105,7 @@ def build_deps(
     max_message_bytes: int = 1_000_000,
     sync_wait_seconds: float = 10.0,
     state_cache_size: int = DEFAULT_CAPACITY,
+    lease_seconds: float = 30.0,
 ) -> Deps:
     """``migrate`` upgrades the schema first: the embedded SQLite mode does it on start, a Postgres
     deployment runs ``om migrate`` once instead. A profile naming a cloud model whose API key is not set
@@ -127,12 +128,14 @@ def build_deps(
         index=store,
         locks=store,
         keys=store,
+        leases=store,
         models=models,
         dispatcher=dispatcher,
         profile=default,
         profiles=named,
         max_message_bytes=max_message_bytes,
         sync_wait_seconds=sync_wait_seconds,
+        lease_seconds=lease_seconds,
         states=StateCache(state_cache_size),
         close=store.close,
     )
@@ -162,6 +165,7 @@ def deps_from_settings(
         max_message_bytes=settings.max_message_bytes,
         sync_wait_seconds=settings.sync_wait_seconds,
         state_cache_size=settings.state_cache_size,
+        lease_seconds=settings.lease_seconds,
     )
 
 

@@ -156,6 +156,9 @@ class ServerSettings(BaseSettings):
     max_message_bytes: int = Field(default=1_000_000, gt=0)
     max_request_bytes: int = Field(default=8_000_000, gt=0)
     sync_wait_seconds: float = Field(default=10.0, ge=0)
+    # how long a lease on work in flight (a cycle, a proxied model call) lasts unless its process renews it:
+    # how soon the work of a process that died is taken back (docs/operations.md, Work in flight)
+    lease_seconds: float = Field(default=30.0, ge=3)
     # how long `om serve` and `om worker` wait at start for `om migrate` to bring the schema to their
     # revision (an orchestrator may start them before the migration ends); 0: refuse at once
     schema_wait_seconds: float = Field(default=0.0, ge=0)

@@ -24,7 +24,7 @@ from om_core.application.task_requests import (
     TASK_REFLECT,
 )
 from om_core.settings import ServerSettings
-from om_workers.names import ALL_QUEUES, TASK_RELAY_OUTBOX, TASK_SWEEP
+from om_workers.names import ALL_QUEUES, TASK_RECOVER, TASK_RELAY_OUTBOX, TASK_SWEEP
 from om_workers.settings import WorkerSettings
 from om_workers.tasks import WorkerRuntime, register_tasks
 
@@ -59,6 +59,7 @@ def celery_config(settings: ServerSettings, worker: WorkerSettings) -> dict[str,
             TASK_DELIVER_WEBHOOK: {"queue": QUEUE_WEBHOOKS},
             TASK_RELAY_OUTBOX: {"queue": QUEUE_MAINTENANCE},
             TASK_SWEEP: {"queue": QUEUE_MAINTENANCE},
+            TASK_RECOVER: {"queue": QUEUE_MAINTENANCE},
         },
         # ack after the task ran: a worker that dies mid-task leaves the message to be redelivered
         "task_acks_late": True,
@@ -86,6 +87,11 @@ def celery_config(settings: ServerSettings, worker: WorkerSettings) -> dict[str,
                 "task": TASK_SWEEP,
                 "schedule": worker.sweep_interval,
                 "options": {"queue": QUEUE_MAINTENANCE, "expires": worker.sweep_interval * 2},
+            },
+            "om-recover-lost-work": {
+                "task": TASK_RECOVER,
+                "schedule": worker.recover_interval,
+                "options": {"queue": QUEUE_MAINTENANCE, "expires": worker.recover_interval * 2},
             },
         },
     }

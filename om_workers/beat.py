@@ -1,4 +1,5 @@
-"""What beat's periodic tasks do: the outbox relay, the idle-TTL sweep and stuck-cycle recovery.
+"""What beat's periodic tasks do: the outbox relay, the idle-TTL sweep, stuck-cycle recovery, and taking
+back lost work (lapsed leases, tasks the broker lost).
 
 Every scan runs under a scan lock (``deps.locks``; on Postgres an advisory lock every process sees): if two
 beats were ever started, or a scan outlives its interval, the second scanner skips instead of doing the work
@@ -14,7 +15,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from om_core.application.deps import Deps
-from om_core.application.maintenance import recover_stuck_cycles, sweep_idle
+from om_core.application.maintenance import recover_lost_cycles, recover_stuck_cycles, sweep_idle
 from om_core.application.ports import StoreUnavailableError
 from om_workers import metrics
 
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 # Scan lock keys: arbitrary constants, unique to om ("om" in ASCII, then the scan number).
 LOCK_RELAY = 0x6F6D_0001
 LOCK_SWEEP = 0x6F6D_0002
+LOCK_RECOVER = 0x6F6D_0003
 
 
 @dataclass
@@ -63,4 +65,36 @@ def sweep(deps: Deps, *, stuck_after: timedelta, page: int = 500) -> SweepReport
                 break
             after = streams[-1]
     metrics.MAINTENANCE.labels(scan="sweep", result="ok").inc()
+    return report
+
+
+@dataclass
+class RecoveryReport:
+    locked: bool = True
+    # (stream, cycle) of the cycles taken back from holders that died
+    recovered: list[tuple[str, str]] = field(default_factory=list)
+    # tasks published again because the broker lost them
+    requeued: int = 0
+
+
+def recover_lost_work(deps: Deps, *, requeue_after: float) -> RecoveryReport:
+    """Take back the cycles of holders whose leases lapsed, and mark for publishing again the tasks that
+    were published ``requeue_after`` seconds ago, never finished and are held by nobody."""
+    with deps.locks.try_lock(LOCK_RECOVER) as locked:
+        if not locked:
+            metrics.MAINTENANCE.labels(scan="recover", result="skipped").inc()
+            return RecoveryReport(locked=False)
+        report = RecoveryReport(recovered=recover_lost_cycles(deps))
+        report.requeued = deps.outbox.requeue_lost_tasks(requeue_after)
+    for stream_id, cycle_id in report.recovered:
+        log.warning(
+            "%s %s: its worker was lost; the cycle was taken back and its work requested again",
+            stream_id,
+            cycle_id,
+        )
+    if report.requeued:
+        log.warning("%d task(s) the broker lost are published again", report.requeued)
+    metrics.MAINTENANCE.labels(scan="recover", result="ok").inc()
+    metrics.WORK_RECOVERED.labels(kind="cycle").inc(len(report.recovered))
+    metrics.WORK_RECOVERED.labels(kind="task").inc(report.requeued)
     return report

@@ -11,9 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from celery import Celery
+from celery.beat import EmbeddedService, Scheduler
+from celery.concurrency.thread import TaskPool
 from celery.worker import WorkController
 from celery.worker import state as worker_state
 
@@ -35,8 +38,24 @@ class _Controller(WorkController):  # type: ignore[misc]
         self.ready.set()
 
 
+class _AppThreadPool(TaskPool):  # type: ignore[misc]
+    """Celery's threads pool, with the worker's own app current in every pool thread.
+
+    A pool thread finds the task a message names through Celery's *current* app, which in a server's
+    process is not this one but Celery's default app, whose broker is a RabbitMQ on localhost: a task run
+    there and retried (a webhook delivery) would publish its retry to that broker, where nothing consumes
+    it.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.executor.shutdown()
+        self.executor = ThreadPoolExecutor(max_workers=self.limit, initializer=self.app.set_current)
+
+
 def start_embedded_worker(app: Celery, *, concurrency: int = 2, ready_timeout: float = 30.0) -> StopFn:
-    """Start a worker for ``app`` on a daemon thread; returns the function that stops it.
+    """Start a worker for ``app`` on a daemon thread, and beat's schedule beside it; returns the function
+    that stops them.
 
     Two threads by default, so a synchronous task (om.sync) is not stuck behind a background one.
     """
@@ -44,7 +63,7 @@ def start_embedded_worker(app: Celery, *, concurrency: int = 2, ready_timeout: f
     controller = _Controller(
         app=app,
         hostname=f"om-embedded@{threading.get_ident()}",
-        pool="threads",
+        pool_cls=_AppThreadPool,
         concurrency=concurrency,
         queues=list(ALL_QUEUES),
         loglevel="WARNING",
@@ -57,8 +76,14 @@ def start_embedded_worker(app: Celery, *, concurrency: int = 2, ready_timeout: f
     thread.start()
     if not controller.ready.wait(ready_timeout):
         raise RuntimeError("the embedded Celery worker did not start")
+    # beat's schedule too (the relay, the sweeps, taking back lost work), on Celery's own scheduler kept in
+    # memory: what a deployment's `om beat` does, so that a delivery or a cycle the process lost is found
+    # again after a restart in this mode as in any other
+    beat = EmbeddedService(app, thread=True, scheduler_cls=Scheduler)
+    beat.start()
 
     def stop() -> None:
+        beat.stop()
         # the documented way to stop an in-thread worker (celery.contrib.testing does the same)
         worker_state.should_terminate = 0
         thread.join(30)

@@ -62,6 +62,11 @@ OUTBOX_DEPTH = Gauge("om_outbox_depth", "Outbox rows not yet published (as last 
 OUTBOX_PUBLISHED = Counter("om_outbox_published_total", "Task requests handed to the broker", ["via"])
 PUBLISH_FAILURES = Counter("om_publish_failures_total", "Publishes the broker refused", ["via"])
 MAINTENANCE = Counter("om_maintenance_total", "Beat scan results", ["scan", "result"])
+WORK_RECOVERED = Counter(
+    "om_work_recovered_total",
+    "Lost work taken back: cycles whose worker died (kind=cycle), tasks the broker lost (kind=task)",
+    ["kind"],
+)
 STATE_REPLAYS = Counter(
     "om_state_replays_total",
     "Record reads that folded the stream from its events instead of reading its row (normally none)",

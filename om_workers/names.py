@@ -10,4 +10,5 @@ from om_core.application.task_requests import QUEUE_BUFFER, QUEUE_MAINTENANCE, Q
 
 TASK_RELAY_OUTBOX = "om.maintenance.relay_outbox"
 TASK_SWEEP = "om.maintenance.sweep"
+TASK_RECOVER = "om.maintenance.recover_lost_work"
 ALL_QUEUES = (QUEUE_SYNC, QUEUE_BUFFER, QUEUE_MAINTENANCE, QUEUE_WEBHOOKS)

@@ -38,9 +38,9 @@ from om_core.application.work import run_task
 from om_core.domain.config import WebhookSecretError
 from om_core.settings import ServerSettings
 from om_workers import metrics
-from om_workers.beat import LOCK_RELAY, sweep
+from om_workers.beat import LOCK_RELAY, recover_lost_work, sweep
 from om_workers.bootstrap import build_worker_deps
-from om_workers.names import TASK_RELAY_OUTBOX, TASK_SWEEP
+from om_workers.names import TASK_RECOVER, TASK_RELAY_OUTBOX, TASK_SWEEP
 from om_workers.relay import relay_outbox
 from om_workers.settings import WorkerSettings
 
@@ -188,6 +188,7 @@ def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
         published_at: float | None = None,
     ) -> str:
         delivery = Delivery(stream_id, event_id, delivery_id, event, endpoint, body)
+        key = str(self.request.id)
         retries = int(self.request.retries or 0)
         if retries == 0:
             metrics.observe_queue_lag(
@@ -207,6 +208,7 @@ def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
                     retries + 1,
                     error,
                 )
+                runtime.deps().outbox.mark_tasks_completed([key])
                 return "failed"
             metrics.WEBHOOK_DELIVERIES.labels(event=event, result="retried").inc()
             # doubling from 1 s, half of it fixed and half random: receivers coming back are not stampeded
@@ -220,9 +222,13 @@ def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
                 error,
                 countdown,
             )
+            # the retry waits in this worker's memory: should the worker or the broker lose it, the
+            # relay publishes the delivery again once it is overdue
+            runtime.deps().outbox.postpone_task(key, countdown)
             raise self.retry(
                 exc=error, countdown=countdown, max_retries=worker.webhook_max_retries
             ) from error
+        runtime.deps().outbox.mark_tasks_completed([key])
         metrics.WEBHOOK_SECONDS.observe(time.perf_counter() - started)
         metrics.WEBHOOK_DELIVERIES.labels(event=event, result=outcome.value).inc()
         if outcome is not DeliveryOutcome.DELIVERED:
@@ -256,6 +262,14 @@ def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
             "activated": len(report.activated),
             "recovered": len(report.recovered),
         }
+
+    @app.task(name=TASK_RECOVER, ignore_result=True)  # type: ignore[untyped-decorator]
+    def recover_task() -> dict[str, int]:
+        try:
+            report = recover_lost_work(runtime.deps(), requeue_after=worker.requeue_after)
+        except RETRYABLE as error:
+            return _store_unavailable("recover", error)
+        return {"recovered": len(report.recovered), "requeued": report.requeued}
 
 
 def _store_unavailable(scan: str, error: BaseException) -> dict[str, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
@@ -22,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from om_api.auth import current_tenant
 from om_api.errors import ApiError
 from om_api.formats import openai_messages
+from om_api.json_body import BodyTooDeepError, contains_nul, load_json_body
 from om_api.schemas import ID_PATTERN, ID_RULE
 from om_core.application.chat import (
     ChatProxy,
@@ -42,6 +44,7 @@ from om_core.application.ports import (
 from om_core.application.profiles import ProfileNameError, ProfileNotFoundError
 from om_core.application.streams import ProfileMismatchError, RecordNotFoundError, ResourceRequiredError
 
+# no JsonBodyRoute: the proxy parses its body itself (``_parse``), to answer in OpenAI's error format
 router = APIRouter(prefix="/v1", tags=["openai"])
 
 # the request parameters of OpenAI's chat completions passed to the model; anything else is refused, as
@@ -216,24 +219,16 @@ def _identifier(value: Any, what: str, param: str) -> str:
     return value
 
 
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
-
-
 def _parse(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(raw)
+        body = load_json_body(raw)
     except ValueError:
         raise _BadRequest("the request body is not valid JSON", code="malformed_json") from None
+    except BodyTooDeepError as error:
+        raise _BadRequest(error.message, code="invalid_body") from None
     if not isinstance(body, dict):
         raise _BadRequest("the request body must be a JSON object", code="invalid_body")
-    if _has_nul(body):
+    if contains_nul(body):
         raise _BadRequest("strings must not contain the NUL character (\\u0000)", code="invalid_body")
     unknown = sorted(set(body) - PASSED_THROUGH - OWN_FIELDS)
     if unknown:
@@ -293,8 +288,23 @@ def _turn(
     )
 
 
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+def _idempotency_key(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not _IDEMPOTENCY_KEY.fullmatch(value):
+        raise _BadRequest(
+            "Idempotency-Key must be 1 to 255 printable ASCII characters without spaces",
+            code="invalid_idempotency_key",
+            param="Idempotency-Key",
+        )
+    return value
+
+
 def _status_headers(thread_id: str, status: TurnStatus) -> dict[str, str]:
-    return {
+    headers = {
         "X-OM-Thread-Id": thread_id,
         "X-OM-Version": str(status.version),
         "X-OM-Pending-Tokens": str(status.pending_tokens),
@@ -302,6 +312,10 @@ def _status_headers(thread_id: str, status: TurnStatus) -> dict[str, str]:
         "X-OM-Generation": str(status.generation),
         "X-OM-Appended": str(status.appended),
     }
+    if status.replayed:
+        # Stripe's name for an answer given again to a repeated request
+        headers["Idempotent-Replayed"] = "true"
+    return headers
 
 
 def _events(chunks: Iterator[dict[str, Any]]) -> Iterator[str]:
@@ -342,11 +356,19 @@ async def chat_completions(
     x_om_provider_key: Annotated[
         str | None, Header(description="the provider's key, when OM_CHAT_FORWARD_PROVIDER_KEY allows it")
     ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        Header(description="a repeat of a request with this key answers its stored reply (1–255 characters)"),
+    ] = None,
+    x_om_regenerate: Annotated[
+        bool, Header(description="a new answer even if the sent messages are answered already")
+    ] = False,
 ) -> Response:
     try:
         tenant = await current_tenant(request)
         body = _parse(await request.body())
         turn = _turn(body, tenant, x_om_thread_id, x_om_resource_id, x_om_provider_key, x_om_profile)
+        turn = replace(turn, idempotency_key=_idempotency_key(idempotency_key), regenerate=x_om_regenerate)
         deps, proxy = request.app.state.deps, request.app.state.chat_proxy
         if body.get("stream") is True:
             streamed = await run_in_threadpool(chat_completion_stream, deps, proxy, turn, openai_messages)

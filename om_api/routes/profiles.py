@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Path, Response
 
 from om_api.auth import Caller, Tenant
 from om_api.deps import DepsDep, ProfileKeyCheckDep
+from om_api.json_body import JsonBodyRoute
 from om_api.routes.threads import _ERRORS
 from om_api.schemas import PROFILE_PATTERN, ProfileOut, ProfilesOut
 from om_core.application.profile_admin import (
@@ -18,7 +19,7 @@ from om_core.application.profile_admin import (
     put_profile,
 )
 
-router = APIRouter(prefix="/v1/profiles", tags=["profiles"])
+router = APIRouter(prefix="/v1/profiles", tags=["profiles"], route_class=JsonBodyRoute)
 
 ProfileName = Annotated[
     str, Path(min_length=1, max_length=64, pattern=PROFILE_PATTERN, description="a-z, 0-9, _ and -")

@@ -10,13 +10,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from om_api.auth import Tenant
 from om_api.deps import DepsDep, SettingsDep
+from om_api.json_body import JsonBodyRoute
 from om_api.routes.threads import _ERRORS, threads_json
 from om_api.schemas import ID_PATTERN, ThreadsOut
 from om_api.ui import PAGE
 from om_core.application.recall import tool_schema
 from om_core.application.threads import threads_of
 
-router = APIRouter()
+router = APIRouter(route_class=JsonBodyRoute)
 
 
 @router.get("/healthz", tags=["system"], summary="liveness")

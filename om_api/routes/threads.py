@@ -17,6 +17,7 @@ from om_api.deps import DepsDep, ModelCheckDep
 from om_api.encoding import json_response
 from om_api.errors import ApiError
 from om_api.formats import openai_messages
+from om_api.json_body import JsonBodyRoute
 from om_api.schemas import (
     ID_PATTERN,
     AppendOut,
@@ -57,7 +58,7 @@ from om_core.application.threads import (
 from om_core.application.turn import take_turn
 from om_core.application.working_memory import read_working_memory
 
-router = APIRouter(prefix="/v1/threads", tags=["threads"])
+router = APIRouter(prefix="/v1/threads", tags=["threads"], route_class=JsonBodyRoute)
 
 ThreadId = Annotated[
     str,

@@ -32,6 +32,7 @@ from om_core.domain.parts import needs_prior_state
 from om_core.domain.profiles import DEFAULT_PROFILE
 from om_core.domain.state import RecordState
 from om_core.domain.timeutil import format_time, parse_time
+from om_core.domain.tokens import MAX_MESSAGE_TOKENS
 
 _UNTIMED = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -188,6 +189,13 @@ def append_messages(
                 or thresholds.resolve_model(config, "observer", 0)
             )
             tokens = counter_for(config, reader).count_message(message)
+            if tokens > MAX_MESSAGE_TOKENS:
+                index = next(i for i, m in enumerate(normalized) if m.id == message.id)
+                raise MessageValidationError(
+                    f"messages[{index}]",
+                    f"counts {tokens:,} tokens (its attachments' sizes or estimates); "
+                    f"a message counts at most {MAX_MESSAGE_TOKENS:,}",
+                )
             seq = plan.state.next_seq
             plan.add(
                 MessageAppended(

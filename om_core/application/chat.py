@@ -4,6 +4,12 @@ An app sends what it would send its model. om stores the messages it does not ho
 (the app's own system messages first, then om's memory and the unobserved window), calls the model, stores
 the reply, and hands the model's answer back.
 
+A request is answered once, however often it is sent (a client's automatic retry after a timeout or a lost
+response): with an ``Idempotency-Key``, a repeat answers the reply stored under that key; without one, a
+request whose messages are all stored and already answered by a stored reply is a retry, and gets that
+reply. Neither calls the model. A repeat that arrives while the first is still with the model waits for it
+(the first holds a lease on the answer). ``regenerate`` asks for a new answer deliberately.
+
 Chat messages carry no ids, so om places the sent history against the thread's stored tail by role and
 content: an app that resends the whole conversation each call and one that sends only the new message
 both store each message once. A new message's id is derived from the thread, the id of the message before
@@ -12,7 +18,9 @@ it and its content, so a message sent again in the same place gets the same id a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,7 +29,9 @@ from typing import Any
 from om_core.application.append import AppendOutcome, append_messages
 from om_core.application.context import read_context
 from om_core.application.deps import Deps
+from om_core.application.leases import dead_on_this_host, held_lease
 from om_core.application.ports import ChatCall, ChatModels
+from om_core.application.repository import load_state
 from om_core.application.streams import record_stream_for
 from om_core.domain.context import ContextWindow
 from om_core.domain.envelope import JSONDict, StoredMessage
@@ -39,6 +49,8 @@ CHAT_ID_PREFIX = "chat-"
 # a resent history may end this many assistant messages before the stored end
 TRAILING_REPLIES = 4
 _SIGNATURE_CLOCK = datetime(1970, 1, 1, tzinfo=UTC)
+# how often a repeat looks whether the first request's answer is stored yet
+_REPEAT_POLL_S = 0.05
 
 Render = Callable[[ContextWindow], list[JSONDict]]
 
@@ -76,6 +88,10 @@ class ChatTurn:
     provider_key: str | None = None
     # the named profile the thread runs under (X-OM-Profile); a new thread is created under it
     profile: str | None = None
+    # a repeat of a request with the same key answers the reply stored for it (Idempotency-Key)
+    idempotency_key: str | None = None
+    # a new answer even when the sent messages are answered already (X-OM-Regenerate)
+    regenerate: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,6 +104,8 @@ class TurnStatus:
     generation: int
     # how many of the sent messages this turn stored (the rest om held already)
     appended: int
+    # the answer is a stored reply, given again without calling the model (a retried request)
+    replayed: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,6 +129,18 @@ class _Prepared:
     stream_id: str
     # the id the reply's id is derived from: the last message the app sent
     last_id: str
+    status: TurnStatus
+    # the lease the model call is made under, so that a repeat waits for it (None: regenerate)
+    lease_key: str | None
+    # the reply's id when the request names an idempotency key
+    keyed_reply_id: str | None
+
+
+@dataclass(frozen=True)
+class _Replay:
+    """A stored reply that answers the request: it is sent again, the model is not called."""
+
+    reply: StoredMessage
     status: TurnStatus
 
 
@@ -169,6 +199,26 @@ def known_prefix(
     return best
 
 
+def answered_retry(sent: Sequence[tuple[str, str]], stored: Sequence[tuple[str, str]]) -> int | None:
+    """The index in ``stored`` of the reply that already answers ``sent``, when the request is a retry:
+    every sent message is stored, in order, followed only by the thread's newest assistant replies; the
+    newest of them answers it. None when the request asks for something new (or ends with an assistant
+    message, asking the model to go on from there)."""
+    if not sent or sent[-1][0] == "assistant":
+        return None
+    start = len(stored)
+    while start > 0 and stored[start - 1][0] == "assistant":
+        start -= 1
+    if start == len(stored) or start < len(sent):
+        return None
+    return len(stored) - 1 if list(stored[start - len(sent) : start]) == list(sent) else None
+
+
+def keyed_reply_id(thread_id: str, idempotency_key: str) -> str:
+    """The id of the reply to a request sent with ``idempotency_key``: every repeat finds it by id."""
+    return derive_message_id(thread_id, "Idempotency-Key", idempotency_key)
+
+
 # --- the turn -------------------------------------------------------------------------------------------
 
 
@@ -189,7 +239,7 @@ def _check(proxy: ChatProxy, turn: ChatTurn) -> None:
         )
 
 
-def _prepare(deps: Deps, proxy: ChatProxy, turn: ChatTurn, render: Render) -> _Prepared:
+def _prepare(deps: Deps, proxy: ChatProxy, turn: ChatTurn, render: Render) -> _Prepared | _Replay:
     _check(proxy, turn)
     try:
         return _place_and_read(deps, turn, render)
@@ -197,7 +247,7 @@ def _prepare(deps: Deps, proxy: ChatProxy, turn: ChatTurn, render: Render) -> _P
         raise ChatRequestError(400, str(error), code="invalid_message", param=error.path) from error
 
 
-def _place_and_read(deps: Deps, turn: ChatTurn, render: Render) -> _Prepared:
+def _place_and_read(deps: Deps, turn: ChatTurn, render: Render) -> _Prepared | _Replay:
     instructions = [dict(m) for m in turn.messages if m.get("role") in INSTRUCTION_ROLES]
     conversation = [(i, m) for i, m in enumerate(turn.messages) if m.get("role") not in INSTRUCTION_ROLES]
     if not conversation:
@@ -211,7 +261,27 @@ def _place_and_read(deps: Deps, turn: ChatTurn, render: Render) -> _Prepared:
     stream_id = record_stream_for(deps, turn.tenant, turn.thread_id, turn.resource_id, profile=turn.profile)
     limit = len(sent) + TRAILING_REPLIES
     tail = deps.messages.read_messages(stream_id, thread_id=turn.thread_id, backward=True, limit=limit)
-    known, run_end = known_prefix(sent, [_stored_key(m) for m in tail], whole_thread=len(tail) < limit)
+    stored = [_stored_key(m) for m in tail]
+    known, run_end = known_prefix(sent, stored, whole_thread=len(tail) < limit)
+    reply_id = keyed_reply_id(turn.thread_id, turn.idempotency_key) if turn.idempotency_key else None
+    if reply_id is not None:
+        found = next(iter(deps.messages.messages_with_id([stream_id], reply_id)), None)
+        if found is not None:
+            asked = deps.messages.read_messages(
+                stream_id, thread_id=turn.thread_id, cursor=found.seq, backward=True, limit=len(sent)
+            )
+            if [_stored_key(m) for m in asked] != sent:
+                raise ChatRequestError(
+                    409,
+                    f"the Idempotency-Key {turn.idempotency_key!r} was used for another request on this "
+                    "thread: send a new key with a new request",
+                    code="idempotency_key_reused",
+                )
+            return _Replay(found, _status_now(deps, stream_id))
+    elif not turn.regenerate:
+        answered = answered_retry(sent, stored)
+        if answered is not None:
+            return _Replay(tail[answered], _status_now(deps, stream_id))
     # what comes new follows the thread's last message; with nothing new, the reply follows the last sent
     previous = tail[-1].message_id if tail else ""
     if known == len(sent):
@@ -255,7 +325,31 @@ def _place_and_read(deps: Deps, turn: ChatTurn, render: Render) -> _Prepared:
         generation=int(window.status.get("generationCount", 0)),
         appended=appended,
     )
-    return _Prepared(call=call, stream_id=stream_id, last_id=previous, status=status)
+    lease_key = None
+    if reply_id is not None:
+        lease_key = f"{stream_id}:reply:{reply_id}"
+    elif not turn.regenerate:
+        lease_key = f"{stream_id}:reply-to:{previous}"
+    return _Prepared(
+        call=call,
+        stream_id=stream_id,
+        last_id=previous,
+        status=status,
+        lease_key=lease_key,
+        keyed_reply_id=reply_id,
+    )
+
+
+def _status_now(deps: Deps, stream_id: str) -> TurnStatus:
+    state = load_state(deps.records, deps.store, stream_id, deps.states)
+    return TurnStatus(
+        version=state.version,
+        pending_tokens=state.pending_tokens,
+        observation_tokens=state.observation_tokens,
+        generation=state.generation,
+        appended=0,
+        replayed=True,
+    )
 
 
 def _signature_at(raw: Mapping[str, Any], index: int, thread_id: str, max_bytes: int) -> tuple[str, str]:
@@ -275,7 +369,7 @@ def _store_reply(
     if not reply.get("content") and not reply.get("tool_calls"):
         return None
     raw = {"role": "assistant", **reply, "model": turn.model}
-    reply_id = derive_message_id(
+    reply_id = prepared.keyed_reply_id or derive_message_id(
         turn.thread_id,
         prepared.last_id,
         signature(raw, thread_id=turn.thread_id, max_bytes=deps.max_message_bytes),
@@ -290,13 +384,17 @@ def _store_reply(
 
 
 def chat_completion(deps: Deps, proxy: ChatProxy, turn: ChatTurn, render: Render) -> ChatAnswer:
-    """One turn, answered whole: the model's ``chat.completion``, once its reply (choice 0) is stored."""
-    prepared = _prepare(deps, proxy, turn, render)
-    body = proxy.models.chat(prepared.call)
-    choices = body.get("choices") or []
-    message = choices[0].get("message") if choices and isinstance(choices[0], Mapping) else None
-    reply = {k: message.get(k) for k in ("content", "tool_calls")} if isinstance(message, Mapping) else {}
-    outcome = _store_reply(deps, turn, prepared, reply)
+    """One turn, answered whole: the model's ``chat.completion``, once its reply (choice 0) is stored; or,
+    for a repeated request, the stored reply as a completion."""
+    with contextlib.ExitStack() as held:
+        prepared = _prepare_under_lease(deps, proxy, turn, render, held)
+        if isinstance(prepared, _Replay):
+            return ChatAnswer(body=replayed_completion(prepared.reply, render), status=prepared.status)
+        body = proxy.models.chat(prepared.call)
+        choices = body.get("choices") or []
+        message = choices[0].get("message") if choices and isinstance(choices[0], Mapping) else None
+        reply = {k: message.get(k) for k in ("content", "tool_calls")} if isinstance(message, Mapping) else {}
+        outcome = _store_reply(deps, turn, prepared, reply)
     status = prepared.status
     if outcome is not None and outcome.state is not None:
         state = outcome.state
@@ -312,19 +410,98 @@ def chat_completion(deps: Deps, proxy: ChatProxy, turn: ChatTurn, render: Render
 
 def chat_completion_stream(deps: Deps, proxy: ChatProxy, turn: ChatTurn, render: Render) -> ChatStreamAnswer:
     """One turn, streamed: the model's chunks as they come; the reply is stored once the model finished
-    (a stream cut short stores no reply)."""
-    prepared = _prepare(deps, proxy, turn, render)
-    chunks = proxy.models.chat_stream(prepared.call)
-    return ChatStreamAnswer(chunks=_relay(deps, turn, prepared, chunks), status=prepared.status)
+    (a stream cut short stores no reply). A repeated request gets the stored reply as chunks."""
+    held = contextlib.ExitStack()
+    try:
+        prepared = _prepare_under_lease(deps, proxy, turn, render, held)
+        if isinstance(prepared, _Replay):
+            held.close()
+            return ChatStreamAnswer(chunks=replayed_chunks(prepared.reply, render), status=prepared.status)
+        chunks = proxy.models.chat_stream(prepared.call)
+    except BaseException:
+        held.close()
+        raise
+    return ChatStreamAnswer(chunks=_relay(deps, turn, prepared, chunks, held), status=prepared.status)
 
 
-def _relay(deps: Deps, turn: ChatTurn, prepared: _Prepared, chunks: Iterator[JSONDict]) -> Iterator[JSONDict]:
-    reply = ReplyAssembly()
-    for chunk in chunks:
-        reply.add(chunk)
-        yield chunk
-    if reply.finished:
-        _store_reply(deps, turn, prepared, reply.message())
+def _prepare_under_lease(
+    deps: Deps, proxy: ChatProxy, turn: ChatTurn, render: Render, held: contextlib.ExitStack
+) -> _Prepared | _Replay:
+    """Place the request and, unless a stored reply answers it, take the lease its model call is made
+    under (entered on ``held``). A repeat of a request whose first is still with the model waits for it
+    and then finds its reply, or, if that first request's process died, makes the call itself."""
+    while True:
+        prepared = _prepare(deps, proxy, turn, render)
+        if isinstance(prepared, _Replay) or prepared.lease_key is None:
+            return prepared
+        holder = held.enter_context(held_lease(deps, prepared.lease_key, prepared.stream_id))
+        if holder is None:
+            return prepared
+        held.close()
+        while (current := deps.leases.live_holder(prepared.lease_key)) is not None and not dead_on_this_host(
+            current
+        ):
+            time.sleep(_REPEAT_POLL_S)
+
+
+def _relay(
+    deps: Deps,
+    turn: ChatTurn,
+    prepared: _Prepared,
+    chunks: Iterator[JSONDict],
+    held: contextlib.ExitStack,
+) -> Iterator[JSONDict]:
+    with held:
+        reply = ReplyAssembly()
+        for chunk in chunks:
+            reply.add(chunk)
+            yield chunk
+        if reply.finished:
+            _store_reply(deps, turn, prepared, reply.message())
+
+
+def _replayed_message(stored: StoredMessage, render: Render) -> dict[str, Any]:
+    window = ContextWindow(
+        system=[],
+        continuation=None,
+        message_json=[canonical_json(stored.message)],
+        status={},
+        version=0,
+        pending_tokens=0,
+        observation_tokens=0,
+    )
+    return {k: v for k, v in render(window)[0].items() if k in ("role", "content", "tool_calls")}
+
+
+def replayed_completion(stored: StoredMessage, render: Render) -> JSONDict:
+    """A stored reply as the ``chat.completion`` it was (its id is the stored message's)."""
+    message = _replayed_message(stored, render)
+    return {
+        "id": f"chatcmpl-{stored.message_id}",
+        "object": "chat.completion",
+        "created": int(stored.created_at.timestamp()),
+        "model": stored.message.get("model") or "",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+            }
+        ],
+    }
+
+
+def replayed_chunks(stored: StoredMessage, render: Render) -> Iterator[JSONDict]:
+    """A stored reply as the chunks of a streamed completion: its text, its tool calls, the end."""
+    completion = replayed_completion(stored, render)
+    choice = completion["choices"][0]
+    message = choice["message"]
+    head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+    yield {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+    yield {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]}
 
 
 class ReplyAssembly:

@@ -212,17 +212,20 @@ def _foreign_sync_cycle(state: RecordState) -> tuple[str | None, str | None]:
 def _await_cycle(deps: Deps, stream_id: str, cycle_id: str, task: str) -> WorkOutcome:
     """Wait for the cycle's outcome within the bound; if nobody delivers it, run the same task inline.
 
-    Whoever appends the outcome first wins by compare-and-set; the other finds the cycle done.
+    A worker that holds the cycle's lease is running it: the read keeps waiting for it, looking again
+    every poll, and takes the cycle over once the lease lapses (the worker died). Whoever appends the
+    outcome first wins by compare-and-set; the other finds the cycle done.
     """
     deadline = time.monotonic() + deps.sync_wait_seconds
-    while time.monotonic() < deadline:
+    while True:
         state = load_state(deps.records, deps.store, stream_id, deps.states)
         if state.in_flight(cycle_id) is None:
             return _outcome_of(deps, stream_id, cycle_id)
-        if deps.dispatcher.runs_inline:
-            break
+        if deps.dispatcher.runs_inline or time.monotonic() >= deadline:
+            outcome = run_task(deps, task, stream_id, cycle_id)
+            if outcome is not WorkOutcome.BUSY:
+                break
         time.sleep(POLL_INTERVAL_S)
-    outcome = run_task(deps, task, stream_id, cycle_id)
     if outcome in (WorkOutcome.DUPLICATE, WorkOutcome.STALE):
         return _outcome_of(deps, stream_id, cycle_id)
     return outcome
@@ -234,7 +237,8 @@ def _outcome_of(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
     if recorded is None:
         return WorkOutcome.STALE
     if recorded.event_type.endswith("Failed"):
-        return WorkOutcome.FAILED
+        # a cycle taken back from a lost worker: its work is requested again, not failed
+        return WorkOutcome.LOST if recorded.data.get("reason") else WorkOutcome.FAILED
     if recorded.event_type.endswith("Stale"):
         return WorkOutcome.STALE
     return WorkOutcome.COMPLETED

@@ -11,6 +11,7 @@ from typing import Any
 from om_core.application.ports import (
     ApiKeys,
     EventStore,
+    Leases,
     MessageQueries,
     ModelGateway,
     Outbox,
@@ -36,8 +37,9 @@ class Deps:
     (``om_core/bootstrap.py`` inline, ``om_workers/bootstrap.py`` worker, ``om_api/bootstrap.py`` API).
 
     The store's roles are separate attributes, so a use case names the one it uses (``deps.records`` to
-    read a record row, ``deps.outbox`` to mark tasks published); in production one SQL adapter plays them
-    all. ``close`` releases what the runtime opened for them (the database pool).
+    read a record row, ``deps.outbox`` to mark tasks published, ``deps.leases`` to hold work in flight); in
+    production one SQL adapter plays them all. ``close`` releases what the runtime opened for them (the
+    database pool).
     """
 
     store: EventStore
@@ -47,6 +49,7 @@ class Deps:
     index: VectorIndex
     locks: ScanLocks
     keys: ApiKeys
+    leases: Leases
     models: ModelGateway
     dispatcher: WorkDispatcher
     # the deployment's default profile, and its named ones (om_core/application/profiles.py)
@@ -55,6 +58,8 @@ class Deps:
     clock: Callable[[], datetime] = utc_now
     max_message_bytes: int = 1_000_000
     sync_wait_seconds: float = 10.0
+    # how long a lease on work in flight lasts unless its holder renews it (application/leases.py)
+    lease_seconds: float = 30.0
     states: StateCache = field(default_factory=StateCache)
     # where secrets named by the profile (a webhook's secretEnv) are read: the process's environment
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)

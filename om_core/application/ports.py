@@ -295,7 +295,7 @@ class MessageQueries(abc.ABC):
 
 
 class Outbox(abc.ABC):
-    """Task requests an append wrote, until they are handed to the broker."""
+    """Task requests an append wrote, until they are handed to the broker, and until their run ended."""
 
     @abc.abstractmethod
     def fetch_unpublished_tasks(self, limit: int = 100, older_than_seconds: float = 0.0) -> list[OutboxTask]:
@@ -311,6 +311,23 @@ class Outbox(abc.ABC):
 
         The dispatcher publishes right after commit and knows the keys, not the row ids.
         """
+
+    @abc.abstractmethod
+    def mark_tasks_completed(self, keys: Sequence[str]) -> int:
+        """Record that the runs of these tasks ended (whatever their outcome): they need no publishing again.
+        Returns how many rows changed."""
+
+    @abc.abstractmethod
+    def postpone_task(self, key: str, seconds: float) -> None:
+        """Record that the task is due again only ``seconds`` from now (a retry waiting in a worker): until
+        then its lateness is not counted."""
+
+    @abc.abstractmethod
+    def requeue_lost_tasks(self, older_than_seconds: float, limit: int = 500) -> int:
+        """Mark unpublished, for the relay to publish again, the tasks published at least
+        ``older_than_seconds`` ago (or due that long ago) whose run never completed and whose work nobody
+        holds a lease on: the broker lost them (it restarted without its data, or the worker that took one
+        died with it). Returns how many."""
 
 
 class VectorIndex(abc.ABC):
@@ -329,6 +346,49 @@ class VectorIndex(abc.ABC):
         self, tenant: str, *, stream_ids: Sequence[str] = (), resource_id: str | None = None
     ) -> list[IndexedGroup]:
         """The tenant's indexed groups of the streams ``stream_ids`` or of the resource, oldest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Who holds a piece of work in flight, and until when (the database's clock) unless renewed."""
+
+    key: str
+    stream_id: str
+    holder: str
+    expires_at: datetime
+
+
+class Leases(abc.ABC):
+    """Leases on work in flight: a cycle a worker runs, a model call the proxy makes. The holder renews its
+    leases while the work runs; one that stops renewing has died, and its work can be taken back."""
+
+    @abc.abstractmethod
+    def acquire_lease(
+        self, key: str, stream_id: str, holder: str, seconds: float, *, replacing: str | None = None
+    ) -> str | None:
+        """Hold ``key`` for ``seconds`` if nobody does, its lease lapsed, or ``replacing`` holds it (a holder
+        known dead). Returns None when held now, else the live holder (perhaps ``holder`` itself, in another
+        thread)."""
+
+    @abc.abstractmethod
+    def renew_leases(self, keys: Sequence[str], holder: str, seconds: float) -> set[str]:
+        """Extend ``holder``'s leases on ``keys`` to ``seconds`` from now. Returns the keys it still held."""
+
+    @abc.abstractmethod
+    def release_lease(self, key: str, holder: str) -> None:
+        """Drop ``holder``'s lease on ``key`` (nothing if another holds it now)."""
+
+    @abc.abstractmethod
+    def live_holder(self, key: str) -> str | None:
+        """Who holds a lease on ``key`` that has not lapsed; None when nobody does."""
+
+    @abc.abstractmethod
+    def lapsed_leases(self, limit: int = 100) -> list[Lease]:
+        """Leases past their expiry, oldest first: their holders stopped renewing them."""
+
+    @abc.abstractmethod
+    def remove_lapsed_lease(self, lease: Lease) -> bool:
+        """Delete ``lease`` if it is still lapsed and still ``lease.holder``'s. Returns whether it did."""
 
 
 class ScanLocks(abc.ABC):

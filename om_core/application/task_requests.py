@@ -19,10 +19,21 @@ QUEUE_WEBHOOKS = "om.webhooks"
 _KEY_SUFFIX = {TASK_INDEX_OBSERVATIONS: ":index"}
 
 
+def cycle_key(stream_id: str, cycle_id: str) -> str:
+    """A cycle's lease key: the outbox key of its model task, so that a task whose cycle is leased is known
+    to be running."""
+    return f"{stream_id}:{cycle_id}"
+
+
+def task_key(stream_id: str, cycle_id: str, task_name: str) -> str:
+    """The outbox key of one task for one cycle (also the Celery task id)."""
+    return cycle_key(stream_id, cycle_id) + _KEY_SUFFIX.get(task_name, "")
+
+
 def task_request(stream_id: str, cycle_id: str, task_name: str, queue: str) -> TaskRequest:
     """The outbox row of one task for one cycle; its key makes a repeated request a no-op."""
     return TaskRequest(
-        key=f"{stream_id}:{cycle_id}{_KEY_SUFFIX.get(task_name, '')}",
+        key=task_key(stream_id, cycle_id, task_name),
         task_name=task_name,
         queue=queue,
         payload={"stream_id": stream_id, "cycle_id": cycle_id},

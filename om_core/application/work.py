@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from om_core.application.configuration import counter_for
 from om_core.application.decisions import plan_decisions, request_event_id
 from om_core.application.deps import Deps
+from om_core.application.leases import held_lease
 from om_core.application.observer import ObserverFailedError, observe_messages
 from om_core.application.ports import DuplicateEventError, ModelConfigurationError, ModelError
 from om_core.application.profiles import config_of
@@ -27,6 +28,8 @@ from om_core.application.task_requests import (
     TASK_OBSERVE_BUFFER,
     TASK_OBSERVE_SYNC,
     TASK_REFLECT,
+    cycle_key,
+    task_key,
 )
 from om_core.application.unit_of_work import Plan, commit, retry_on_conflict
 from om_core.application.vector_index import index_observations, index_task, vector_index_enabled
@@ -61,6 +64,11 @@ class WorkOutcome(enum.StrEnum):
     DUPLICATE = "duplicate"
     # the record was erased (and perhaps re-created: the cycle is not of its lineage): nothing is written
     ERASED = "erased"
+    # another live process holds the cycle's lease and runs it: this delivery leaves the cycle to it
+    BUSY = "busy"
+    # the cycle's worker was lost (its lease lapsed) and the cycle was taken back: its work is requested
+    # again (what a reader waiting on the cycle finds)
+    LOST = "lost"
 
 
 class UnknownTaskError(ValueError):
@@ -77,7 +85,11 @@ def run_task(deps: Deps, task_name: str, stream_id: str, cycle_id: str) -> WorkO
     runner = runners.get(task_name)
     if runner is None:
         raise UnknownTaskError(f"unknown task {task_name!r}")
-    return runner(deps, stream_id, cycle_id)
+    outcome = runner(deps, stream_id, cycle_id)
+    if outcome is not WorkOutcome.BUSY:
+        # the run ended: whatever the broker still holds of the task, it needs no publishing again
+        deps.outbox.mark_tasks_completed([task_key(stream_id, cycle_id, task_name)])
+    return outcome
 
 
 def _record_outcome(
@@ -121,8 +133,31 @@ def _record_outcome(
         try:
             commit(deps, plan)
         except DuplicateEventError:
+            if result is WorkOutcome.STALE and getattr(events[0], "usage", None) is not None:
+                return _record_late(deps, stream_id, cycle_id, events[0])
             return WorkOutcome.DUPLICATE
         return result
+
+    return retry_on_conflict(attempt)
+
+
+def _record_late(deps: Deps, stream_id: str, cycle_id: str, stale: DomainEvent) -> WorkOutcome:
+    """Record the result of a run whose cycle was already closed by somebody else (its lease lapsed while
+    the model ran, so the cycle was taken back): stale, with what its calls cost, under an id of its own,
+    since the cycle's outcome id is taken. A second such result is a duplicate."""
+    late_id = effect_event_id(stream_id, cycle_id, "late")
+
+    def attempt() -> WorkOutcome:
+        state = load_state(deps.records, deps.store, stream_id, deps.states)
+        if state.version == 0:
+            return _erased(stream_id, cycle_id)
+        plan = Plan(state)
+        plan.add(stale, event_id=late_id)
+        try:
+            commit(deps, plan)
+        except DuplicateEventError:
+            return WorkOutcome.DUPLICATE
+        return WorkOutcome.STALE
 
     return retry_on_conflict(attempt)
 
@@ -200,24 +235,29 @@ def run_sync_observation(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutco
 
 
 def _run_observation(deps: Deps, stream_id: str, cycle_id: str, kind: _ObservationKind) -> WorkOutcome:
-    def valid(s: RecordState) -> bool:
-        return s.in_flight(cycle_id, kind.flight) is not None
-
-    def stale_after(usage: Usage | None) -> Callable[[RecordState], DomainEvent]:
-        # what the discarded answer cost still counts: its calls were made and billed
-        return lambda s: kind.stale(
-            cycle_id=cycle_id, reason=kind.stale_reason, usage=usage, at=format_time(deps.clock())
-        )
-
-    stale = stale_after(None)
-
     state = load_state(deps.records, deps.store, stream_id, deps.states)
     if state.version == 0:
         return _erased(stream_id, cycle_id)
     flight = state.in_flight(cycle_id, kind.flight)
     if flight is None:
         # already done (a redelivery: the stale record collides with the stored outcome) or superseded
-        return _record_outcome(deps, stream_id, cycle_id, lambda s: None, stale=stale)
+        return _record_outcome(deps, stream_id, cycle_id, lambda s: None, stale=_stale(deps, kind, cycle_id))
+    with held_lease(deps, cycle_key(stream_id, cycle_id), stream_id) as holder:
+        if holder is not None:
+            log.info("%s %s: %s runs it", stream_id, cycle_id, holder)
+            return WorkOutcome.BUSY
+        return _observe(deps, state, flight, kind)
+
+
+def _observe(
+    deps: Deps, state: RecordState, flight: BufferInFlight | SyncInFlight, kind: _ObservationKind
+) -> WorkOutcome:
+    """Run the Observer on the cycle's messages and record what came of it."""
+    stream_id, cycle_id = state.stream_id, flight.cycle_id
+
+    def valid(s: RecordState) -> bool:
+        return s.in_flight(cycle_id, kind.flight) is not None
+
     config = config_of(deps, state)
     if kind.buffered:
         _mark_started(deps, stream_id, cycle_id)
@@ -236,7 +276,11 @@ def _run_observation(deps: Deps, stream_id: str, cycle_id: str, kind: _Observati
             failed_at=format_time(deps.clock()),
         )
         return _record_outcome(
-            deps, stream_id, cycle_id, lambda s: [failed] if valid(s) else None, stale=stale_after(exc.usage)
+            deps,
+            stream_id,
+            cycle_id,
+            lambda s: [failed] if valid(s) else None,
+            stale=_stale(deps, kind, cycle_id, exc.usage),
         )
     completed = kind.completed(
         cycle_id=cycle_id,
@@ -262,7 +306,16 @@ def _run_observation(deps: Deps, stream_id: str, cycle_id: str, kind: _Observati
         stream_id,
         cycle_id,
         lambda s: [completed, *_title_events(s, result.thread_title, cycle_id, deps)] if valid(s) else None,
-        stale=stale_after(result.usage),
+        stale=_stale(deps, kind, cycle_id, result.usage),
+    )
+
+
+def _stale(
+    deps: Deps, kind: _ObservationKind, cycle_id: str, usage: Usage | None = None
+) -> Callable[[RecordState], DomainEvent]:
+    # what a discarded answer cost still counts: its calls were made and billed
+    return lambda s: kind.stale(
+        cycle_id=cycle_id, reason=kind.stale_reason, usage=usage, at=format_time(deps.clock())
     )
 
 
@@ -317,6 +370,16 @@ def run_reflection(deps: Deps, stream_id: str, cycle_id: str) -> WorkOutcome:
         return _record_outcome(
             deps, stream_id, cycle_id, lambda s: None, stale=_reflection_stale(cycle_id, deps)
         )
+    with held_lease(deps, cycle_key(stream_id, cycle_id), stream_id) as holder:
+        if holder is not None:
+            log.info("%s %s: %s runs it", stream_id, cycle_id, holder)
+            return WorkOutcome.BUSY
+        return _reflect(deps, state, flight)
+
+
+def _reflect(deps: Deps, state: RecordState, flight: ReflectionInFlight) -> WorkOutcome:
+    """Run the Reflector on the cycle's slice of the log and record what came of it."""
+    stream_id, cycle_id = state.stream_id, flight.cycle_id
     config = config_of(deps, state)
     counter = counter_for(config)
     source = "\n".join(state.log_lines()[: flight.line_count])

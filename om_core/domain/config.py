@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeAlias, TypeVar, get_args
 
+import jsonschema
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -405,6 +406,23 @@ class ModelSettings(_Section):
     api_base: Annotated[str, BeforeValidator(_api_base)] | None = None
 
 
+def _json_schema(value: object) -> object:
+    """A JSON Schema checked against its own metaschema, its regular expressions compiled: a schema no
+    validator can apply (``{"type": "florp"}``, a pattern ``"(["``) is refused where it is configured,
+    not found failing at every cycle."""
+    if value is None:
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError("must be a JSON Schema object")
+    validator = jsonschema.validators.validator_for(value)
+    try:
+        validator.check_schema(value)
+    except jsonschema.SchemaError as error:
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+        raise ValueError(f"is not a valid JSON Schema: {error.message} (at schema{where})") from None
+    return value
+
+
 class Extractor(_Section):
     """A custom value the Observer or Reflector extracts; with ``schema``, a structured follow-up call."""
 
@@ -444,9 +462,7 @@ class Extractor(_Section):
     @field_validator("schema_", mode="before")
     @classmethod
     def _schema(cls, value: object) -> object:
-        if value is not None and not isinstance(value, Mapping):
-            raise ValueError("must be a JSON Schema object")
-        return value
+        return _json_schema(value)
 
     @field_validator("metadata_key_path", mode="before")
     @classmethod
@@ -688,9 +704,7 @@ class WorkingMemoryConfig(_Section):
     @field_validator("schema_", mode="before")
     @classmethod
     def _schema(cls, value: object) -> object:
-        if value is not None and not isinstance(value, Mapping):
-            raise ValueError("must be a JSON Schema object")
-        return value
+        return _json_schema(value)
 
     @field_validator("template")
     @classmethod

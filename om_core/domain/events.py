@@ -144,8 +144,14 @@ class ObservationOutcome(DomainEvent):
 UNRECORDED_USAGE = Usage(calls=0)
 
 
+# Why a cycle failed when it was not its model: its worker was lost (its lease lapsed), or no outcome came in
+# time (the stuck-cycle sweep). Such a cycle's work is requested again at once.
+FailureReason = Literal["worker_lost", "timeout"]
+
+
 class ObservationFailure(DomainEvent):
-    """An observation cycle's model work failed for good (after the gateway's retries)."""
+    """An observation cycle failed for good: its model work (after the gateway's retries), or, with a
+    ``reason``, the work itself was lost."""
 
     cycle_id: str
     error: str
@@ -153,6 +159,8 @@ class ObservationFailure(DomainEvent):
     # every model call the cycle made before it failed: failed calls cost time, and often tokens too
     usage: Usage = UNRECORDED_USAGE
     failed_at: str
+    # None: the model failed. Left out of the stored event then, which stays what it was before reasons
+    reason: FailureReason | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class StaleOutcome(DomainEvent):
@@ -312,6 +320,7 @@ class ReflectionFailed(DomainEvent):
     levels_tried: list[int] = []
     usage: Usage = UNRECORDED_USAGE
     failed_at: str
+    reason: FailureReason | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class ReflectionStale(StaleOutcome):

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
+from urllib.parse import urlsplit
 
 from om_core.domain.messages import (
     ROLES,
@@ -477,6 +478,34 @@ def _parts(value: Any, path: str, on_step_start: Callable[[Mapping[str, Any]], N
     return parts
 
 
+def _attachments(value: Any, path: str) -> list[Part]:
+    """AI SDK v4's ``experimental_attachments`` (``{url, name?, contentType?}``, also inside Mastra's stored
+    format 2) as the image and file parts they stand for: an image when its type (given, from a data URI,
+    or from the name's extension) is an image's, else a file."""
+    if not isinstance(value, list):
+        raise MessageValidationError(path, "must be an array of attachments")
+    parts: list[Part] = []
+    for index, raw in enumerate(value):
+        item_path = _at(path, index)
+        if not isinstance(raw, Mapping):
+            raise MessageValidationError(item_path, "must be an object with a url")
+        url = _req_str(raw, "url", item_path, non_empty=True)
+        name = _opt_str(raw, "name", item_path)
+        content_type = _opt_str(raw, "contentType", item_path)
+        mime = (
+            content_type
+            or _data_uri_mime(url)
+            or _mime_from_filename(name)
+            or _mime_from_filename(urlsplit(url).path.rsplit("/", 1)[-1])
+        )
+        part: dict[str, Any] = {"url": url, "mediaType": mime, "filename": name}
+        if mime is not None and mime.startswith("image/"):
+            parts.append(_image_part(part, item_path))
+        else:
+            parts.append(_file_part(part, item_path))
+    return parts
+
+
 def _tool_message_parts(raw: Mapping[str, Any], content: Any, prefix: str) -> list[Part]:
     """An OpenAI ``tool`` message: the result of one call, kept as a ``result`` tool invocation."""
     if isinstance(content, list):
@@ -566,6 +595,9 @@ def normalize_message(
     metadata = dict(_opt_mapping(raw, "metadata", prefix) or {})
 
     step_models: list[Any] = []
+    attached: list[tuple[Any, str]] = []
+    if raw.get("experimental_attachments") is not None:
+        attached.append((raw["experimental_attachments"], _at(prefix, "experimental_attachments")))
     content_path = _at(prefix, "parts")
     if raw.get("parts") is not None:
         parts = _parts(raw["parts"], content_path, lambda step: step_models.append(step.get("model")))
@@ -579,13 +611,21 @@ def normalize_message(
         elif isinstance(content, list):
             parts = _parts(content, content_path, lambda step: step_models.append(step.get("model")))
         elif isinstance(content, Mapping) and content.get("parts") is not None:
-            # Mastra's stored format nests the parts: {format: 2, parts: [...]}
+            # Mastra's stored format nests the parts: {format: 2, parts: [...], experimental_attachments}
+            if content.get("experimental_attachments") is not None:
+                attached.append(
+                    (content["experimental_attachments"], _at(content_path, "experimental_attachments"))
+                )
             content_path = _at(content_path, "parts")
             parts = _parts(content["parts"], content_path, lambda step: step_models.append(step.get("model")))
         elif content is None:
             parts = []
         else:
             raise MessageValidationError(content_path, "must be a string, an array of parts or null")
+
+    # attachments come after the message's own content, as the AI SDK sends them to a model
+    for attachments, attachments_path in attached:
+        parts.extend(_attachments(attachments, attachments_path))
 
     if raw.get("tool_calls") is not None:
         if role != "assistant":

@@ -566,7 +566,12 @@ def _buffer_completed(s: RecordState, e: ObservationBufferCompleted) -> None:
 def _buffer_failed(s: RecordState, e: ObservationBufferFailed) -> None:
     _require(s, e.cycle_id, BufferInFlight)
     s.buffer_in_flight = None
-    s.buffer_retry_after_pending = s.pending_tokens
+    # a model that failed waits for new messages before it is asked again; work that was lost is asked
+    # for again at once, as if that run had never been requested
+    if e.reason is None:
+        s.buffer_retry_after_pending = s.pending_tokens
+    else:
+        s.last_buffer_boundary = 0
     s.stats.observer_calls += e.attempts
     s.stats.observer_failures += 1
 
@@ -817,8 +822,12 @@ def _reflection_completed(s: RecordState, e: ReflectionCompleted) -> None:
 def _reflection_failed(s: RecordState, e: ReflectionFailed) -> None:
     _require(s, e.cycle_id, ReflectionInFlight)
     s.reflection_in_flight = None
-    s.stats.reflector_calls += max(1, len(e.levels_tried))
     s.stats.reflector_failures += 1
+    if e.reason is not None:
+        # the work was lost, not the Reflector's answer: its calls are unknown, and it is asked for again
+        s.stats.reflector_calls += len(e.levels_tried)
+        return
+    s.stats.reflector_calls += max(1, len(e.levels_tried))
     if e.mode == "sync":
         s.reflection_suppressed_at = e.observation_tokens
     else:

@@ -223,14 +223,17 @@ def make_tokenizer(spec: str) -> Tokenizer:
 # --- attachments --------------------------------------------------------------------------------------------
 
 CLIENT_ESTIMATE_SOURCE = "client"
+# What one message may count: far past any model's context window, and inside the 32-bit column the
+# message projection stores its count in.
+MAX_MESSAGE_TOKENS = 1_000_000_000
 
 
 def client_token_estimate(provider_metadata: Any) -> int | None:
     """The client-supplied ``providerMetadata.mastra.tokenEstimate`` (single entry or a map of entries).
 
     Entries from other sources (the reference's own estimate cache) are ignored; a client entry whose
-    ``tokens`` is not a finite number ≥ 0 raises ``ValueError``. Fractions round up: thresholds should trip
-    early rather than late.
+    ``tokens`` is not a finite number from 0 to ``MAX_MESSAGE_TOKENS`` raises ``ValueError``. Fractions round
+    up: thresholds should trip early rather than late.
     """
     if not isinstance(provider_metadata, Mapping):
         return None
@@ -245,8 +248,8 @@ def client_token_estimate(provider_metadata: Any) -> int | None:
         tokens = entry.get("tokens")
         if isinstance(tokens, bool) or not isinstance(tokens, int | float) or not math.isfinite(tokens):
             raise ValueError("client tokenEstimate.tokens must be a finite number")
-        if tokens < 0:
-            raise ValueError("client tokenEstimate.tokens must be ≥ 0")
+        if not 0 <= tokens <= MAX_MESSAGE_TOKENS:
+            raise ValueError(f"client tokenEstimate.tokens must be from 0 to {MAX_MESSAGE_TOKENS:,}")
         return math.ceil(tokens)
     return None
 

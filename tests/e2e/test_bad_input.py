@@ -179,6 +179,58 @@ CASES: list[tuple[str, str, str, dict[str, Any], int, str]] = [
         "invalid_config",
     ),
     (
+        "an extractor schema no validator can apply",
+        "PUT",
+        "/v1/threads/t1",
+        {
+            "json": {
+                "config": {
+                    "observation": {
+                        "extract": [{"name": "p", "instructions": "x", "schema": {"type": "florp"}}]
+                    }
+                }
+            },
+            "headers": AUTH_A,
+        },
+        422,
+        "invalid_config",
+    ),
+    (
+        "a working-memory schema with a pattern that does not compile",
+        "PUT",
+        "/v1/profiles/p1",
+        {
+            "json": {
+                "model": "om-local/extractive",
+                "observation": {"manageWorkingMemory": True},
+                "workingMemory": {"schema": {"type": "object", "properties": {"a": {"pattern": "(["}}}},
+            },
+            "headers": AUTH_A,
+        },
+        422,
+        "invalid_config",
+    ),
+    (
+        "an attachment without a url",
+        "POST",
+        "/v1/threads/t1/messages",
+        {
+            "json": {
+                "messages": [
+                    {
+                        "id": "a",
+                        "role": "user",
+                        "content": "see",
+                        "experimental_attachments": [{"name": "x.png"}],
+                    }
+                ]
+            },
+            "headers": AUTH_A,
+        },
+        422,
+        "invalid_message",
+    ),
+    (
         "missing key",
         "POST",
         "/v1/threads/t1/messages",
@@ -253,6 +305,67 @@ CASES: list[tuple[str, str, str, dict[str, Any], int, str]] = [
         415,
         "unsupported_media_type",
     ),
+]
+
+
+def _estimated_image(tokens: object) -> dict[str, Any]:
+    return {
+        "type": "image",
+        "url": "https://x.test/a.png",
+        "providerMetadata": {"mastra": {"tokenEstimate": {"source": "client", "tokens": tokens}}},
+    }
+
+
+def _nested(depth: int) -> bytes:
+    return b'{"messages": [{"id": "n", "role": "user", "content": ' + b"[" * depth + b"]" * depth + b"}]}"
+
+
+JSON = {**AUTH_A, "content-type": "application/json"}
+CASES += [
+    # a count past the message projection's 32-bit column: a 500 from Postgres before
+    *[
+        (
+            f"token estimate of {tokens}",
+            "POST",
+            "/v1/threads/t1/messages",
+            {
+                "json": {"messages": [{"id": "e", "role": "user", "parts": [_estimated_image(tokens)]}]},
+                "headers": AUTH_A,
+            },
+            422,
+            "invalid_message",
+        )
+        for tokens in (2_147_483_648, 1e30)
+    ],
+    (
+        "a message whose estimates add up past the limit",
+        "POST",
+        "/v1/threads/t1/messages",
+        {
+            "json": {"messages": [{"id": "e", "role": "user", "parts": [_estimated_image(999_999_999)] * 3}]},
+            "headers": AUTH_A,
+        },
+        422,
+        "invalid_message",
+    ),
+    # nested past what a walker of the body follows: a RecursionError (500) on some routes before
+    *[
+        (
+            f"body nested {depth} deep on {method} {path}",
+            method,
+            path,
+            {"content": _nested(depth), "headers": JSON},
+            400,
+            "invalid_body",
+        )
+        for depth in (200, 40_000)
+        for method, path in (
+            ("POST", "/v1/threads/t1/messages"),
+            ("POST", "/v1/threads/t1/turn"),
+            ("PUT", "/v1/threads/t1"),
+            ("PUT", "/v1/profiles/p1"),
+        )
+    ],
 ]
 
 

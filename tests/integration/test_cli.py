@@ -191,6 +191,32 @@ def test_production_processes_without_the_default_models_key_refuse_in_one_line(
     assert "OM_PROFILE" in line and "om-local/extractive" in line
 
 
+@pytest.mark.parametrize("verb", ["serve", "worker"])
+@pytest.mark.parametrize(
+    ("document", "option"),
+    [
+        (
+            "model: om-local/extractive\nobservation:\n  extract:\n"
+            "    - {name: profile, instructions: who the user is, schema: {type: florp}}\n",
+            "observation.extract[0].schema",
+        ),
+        (
+            "model: om-local/extractive\nobservation: {manageWorkingMemory: true}\nworkingMemory:\n"
+            "  schema: {type: object, properties: {city: {type: string, pattern: '(['}}}\n",
+            "workingMemory.schema",
+        ),
+    ],
+    ids=["unknown type", "bad regex"],
+)
+def test_a_profile_with_a_schema_no_validator_can_apply_is_refused_at_start(
+    verb: str, document: str, option: str, tmp_path: Path
+) -> None:
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(document)
+    line = operator_error(om(verb, env={"OM_PROFILE": str(profile)}, cwd=tmp_path))
+    assert f"{option} = " in line and "is not a valid JSON Schema" in line
+
+
 def test_a_worker_refuses_a_profile_whose_model_has_no_key(tmp_path: Path) -> None:
     profile = tmp_path / "profile.yaml"
     profile.write_text("model: openai/gpt-5-mini\n")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,7 +76,7 @@ def test_concurrent_migrations_of_a_fresh_sqlite_file_all_succeed(tmp_path: Path
     assert current_revision(url) == _head(url)
 
 
-def _serve(database_url: str, port: int, **extra: str) -> subprocess.Popen[str]:
+def _serve(database_url: str, port: int, log: Path | None = None, **extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*OM, "serve"],
         env=_environment(
@@ -88,8 +87,8 @@ def _serve(database_url: str, port: int, **extra: str) -> subprocess.Popen[str]:
             OM_PROFILE=str(Path(__file__).parents[1] / "fixtures" / "keyless-profile.yaml"),
             **extra,
         ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL if log else subprocess.PIPE,
+        stderr=log.open("w") if log else subprocess.PIPE,
         text=True,
     )
 
@@ -104,12 +103,20 @@ def _stop(process: subprocess.Popen[str]) -> str:
     return err
 
 
-def test_a_server_started_before_the_migration_says_so_and_waits_for_it(empty_postgres: str) -> None:
+def test_a_server_started_before_the_migration_says_so_and_waits_for_it(
+    empty_postgres: str, tmp_path: Path
+) -> None:
     port = free_port()
-    server = _serve(empty_postgres, port, OM_SCHEMA_WAIT_SECONDS="120")
+    log = tmp_path / "serve.log"
+    server = _serve(empty_postgres, port, log, OM_SCHEMA_WAIT_SECONDS="120")
     try:
-        time.sleep(2)  # not a timing assumption: the assertion below holds whenever the migration comes
-        assert server.poll() is None, server.communicate()[1]
+        waiting = wait_for(
+            lambda: [line for line in log.read_text().splitlines() if "for `om migrate`" in line],
+            timeout=90,
+            interval=0.1,
+            what="the server to say it waits for the migration",
+        )
+        assert server.poll() is None, log.read_text()
         upgrade_to_head(empty_postgres)
 
         def ready() -> bool:
@@ -120,10 +127,13 @@ def test_a_server_started_before_the_migration_says_so_and_waits_for_it(empty_po
 
         wait_for(ready, timeout=90, interval=0.2, what="the server to answer after the migration")
     finally:
-        err = _stop(server)
-    waiting = [line for line in err.splitlines() if "waiting up to 120s for `om migrate`" in line]
-    assert len(waiting) == 1, err
-    assert "the database schema is empty" in waiting[0]
+        _stop(server)
+    assert waiting == [
+        f"the database schema is empty, not at {_head(empty_postgres)}: waiting up to 120s for `om migrate` "
+        "(OM_SCHEMA_WAIT_SECONDS)"
+    ]
+    said = [line for line in log.read_text().splitlines() if "for `om migrate`" in line]
+    assert said == waiting, "said once"
 
 
 def test_a_worker_on_an_unmigrated_database_refuses_in_one_line(empty_postgres: str) -> None:

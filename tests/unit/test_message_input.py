@@ -24,6 +24,7 @@ from om_core.domain.messages import (
     TextPart,
     ToolInvocationPart,
 )
+from om_core.domain.tokens import TokenCounter, make_tokenizer
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, 891234, tzinfo=UTC)
 LIMIT = 1_000_000
@@ -232,6 +233,72 @@ def test_ui_dynamic_tool_takes_its_name_from_the_part() -> None:
     assert invocation == ToolInvocationPart(tool_call_id="c9", tool_name="mcp_lookup", state="call")
 
 
+def test_ai_sdk_v4_attachments_become_image_and_file_parts_after_the_content() -> None:
+    message = norm(
+        {
+            "id": "m",
+            "role": "user",
+            "content": "Here are the floor plan and the lease",
+            "experimental_attachments": [
+                {"url": "https://x.test/plan.png", "name": "plan.png", "contentType": "image/png"},
+                {"url": "data:application/pdf;base64,JVBERi0xLjQK", "name": "lease.pdf"},
+                # no type given: the name's or the url's extension says
+                {"url": "https://x.test/photo.jpeg?size=large"},
+            ],
+        }
+    )
+    text, plan, lease, photo = message.parts
+    assert text == TextPart(text="Here are the floor plan and the lease")
+    assert isinstance(plan, ImagePart) and (plan.url, plan.mime_type, plan.filename) == (
+        "https://x.test/plan.png",
+        "image/png",
+        "plan.png",
+    )
+    assert isinstance(lease, FilePart) and (lease.mime_type, lease.filename) == (
+        "application/pdf",
+        "lease.pdf",
+    )
+    assert isinstance(photo, ImagePart) and photo.mime_type == "image/jpeg"
+    # counted as every other attachment: more than the text alone
+    counter = TokenCounter(make_tokenizer("tokenx"), "openai/gpt-4o")
+    assert counter.count_message(message) > counter.count_message(
+        norm({"role": "user", "content": text.text})
+    )
+
+
+def test_mastra_stored_format_2_attachments_are_read_too() -> None:
+    message = norm(
+        {
+            "role": "user",
+            "content": {
+                "format": 2,
+                "parts": [{"type": "text", "text": "the receipt"}],
+                "experimental_attachments": [{"url": "https://x.test/r.gif", "contentType": "image/gif"}],
+            },
+        }
+    )
+    assert [type(p) for p in message.parts] == [TextPart, ImagePart]
+
+
+@pytest.mark.parametrize(
+    ("attachments", "path"),
+    [
+        ("plan.png", "messages[0].experimental_attachments"),
+        ([{"name": "plan.png"}], "messages[0].experimental_attachments[0].url"),
+        (
+            [{"url": "https://x.test/a", "contentType": 7}],
+            "messages[0].experimental_attachments[0].contentType",
+        ),
+        ([7], "messages[0].experimental_attachments[0]"),
+    ],
+)
+def test_bad_attachments_are_refused_naming_the_field(attachments: Any, path: str) -> None:
+    error = rejected(
+        {"role": "user", "content": "x", "experimental_attachments": attachments}, path_prefix="messages[0]"
+    )
+    assert error.path == path
+
+
 def test_plain_string_content_without_parts() -> None:
     m = norm({"id": "m", "role": "assistant", "content": "Sure."})
     assert m.parts == (TextPart(text="Sure."),)
@@ -391,7 +458,7 @@ def test_thread_id_from_the_request_or_the_message() -> None:
                 ],
             },
             "messages[0].parts[0].providerMetadata.mastra.tokenEstimate.tokens",
-            "must be ≥ 0",
+            "must be from 0 to 1,000,000,000",
         ),
         (
             {"id": "m", "role": "user", "parts": [{"type": "image", "url": "u", "width": 0}]},

@@ -1,13 +1,13 @@
 """The SQL event store's shared part: one abstract class over SQLAlchemy Core, one subclass per backend.
 
 ``SqlEventStore`` plays every role of the store's ports (``EventStore``, ``RecordProjection``,
-``MessageQueries``, ``Outbox``, ``VectorIndex``, ``ScanLocks``, ``ApiKeys``) and holds what both backends do
-alike: the checks an append makes before it touches the database and the naming of the rule a failed one
-broke, reading events, the record and message queries, the order of an erasure, the vector index, the outbox
-and the API keys. Each backend overrides what differs: ``postgres.py`` (psycopg 3, production) and
-``sqlite.py`` (embedded) write appends, order ``read_all``, read a snapshot and its window, search text,
-open transactions, erase a stream's events and take scan locks each its own way. ``create_event_store``
-(``om_core.adapters.store``) picks the class from the URL.
+``MessageQueries``, ``Outbox``, ``Leases``, ``VectorIndex``, ``ScanLocks``, ``ApiKeys``) and holds what both
+backends do alike: the checks an append makes before it touches the database and the naming of the rule a
+failed one broke, reading events, the record and message queries, the order of an erasure, the vector index,
+the outbox, the leases and the API keys. Each backend overrides what differs: ``postgres.py`` (psycopg 3,
+production) and ``sqlite.py`` (embedded) write appends, order ``read_all``, read a snapshot and its window,
+search text, open transactions, erase a stream's events and take scan locks each its own way.
+``create_event_store`` (``om_core.adapters.store``) picks the class from the URL.
 
 Names with a leading underscore are private to this package: the backend modules share them.
 """
@@ -30,7 +30,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter
 
 from om_core.adapters.store import schema
-from om_core.adapters.store.schema import api_keys, events, indexed_groups, messages, outbox, records
+from om_core.adapters.store.schema import api_keys, events, indexed_groups, leases, messages, outbox, records
 from om_core.application.ports import (
     ALL_PROFILES,
     ApiKeys,
@@ -38,6 +38,8 @@ from om_core.application.ports import (
     DuplicateEventError,
     DuplicateMessageError,
     EventStore,
+    Lease,
+    Leases,
     MessageConflictError,
     MessageHit,
     MessageQueries,
@@ -172,7 +174,9 @@ class _Precompiled:
         conn.exec_driver_sql(self._sql, [self.parameters(row) for row in rows])
 
 
-class SqlEventStore(EventStore, RecordProjection, MessageQueries, Outbox, VectorIndex, ScanLocks, ApiKeys):
+class SqlEventStore(
+    EventStore, RecordProjection, MessageQueries, Outbox, Leases, VectorIndex, ScanLocks, ApiKeys
+):
     """The event store on one engine, in every role of the store's ports. Build it with
     ``create_event_store``; ``SqlEventStore(engine)`` is the store of the engine's dialect.
 
@@ -507,6 +511,7 @@ class SqlEventStore(EventStore, RecordProjection, MessageQueries, Outbox, Vector
             sa.delete(messages).where(messages.c.stream_id == stream_id),
             sa.delete(outbox).where(outbox.c.stream_id == stream_id),
             sa.delete(indexed_groups).where(indexed_groups.c.stream_id == stream_id),
+            sa.delete(leases).where(leases.c.stream_id == stream_id),
         ]
         with _unavailable_on_connection_errors(), self._transaction() as conn:
             removed = self._erase_events(conn, erase_events)
@@ -575,6 +580,7 @@ class SqlEventStore(EventStore, RecordProjection, MessageQueries, Outbox, Vector
                 sa.select(outbox)
                 .where(
                     outbox.c.published_at.is_(None),
+                    outbox.c.completed_at.is_(None),
                     outbox.c.created_at <= now - timedelta(seconds=older_than_seconds),
                 )
                 .order_by(outbox.c.created_at, outbox.c.id)
@@ -612,6 +618,140 @@ class SqlEventStore(EventStore, RecordProjection, MessageQueries, Outbox, Vector
                     .values(published_at=schema.UtcNow())
                 ).rowcount
         return changed
+
+    def mark_tasks_completed(self, keys: Sequence[str]) -> int:
+        changed = 0
+        with _unavailable_on_connection_errors(), self._writing() as conn:
+            for start in range(0, len(keys), _IN_CHUNK):
+                chunk = list(keys[start : start + _IN_CHUNK])
+                changed += conn.execute(
+                    sa.update(outbox)
+                    .where(outbox.c.key.in_(chunk), outbox.c.completed_at.is_(None))
+                    # a task run before it was published (inline, or by a reader's fallback) is never
+                    # published afterwards
+                    .values(
+                        completed_at=schema.UtcNow(),
+                        published_at=sa.func.coalesce(outbox.c.published_at, schema.UtcNow()),
+                    )
+                ).rowcount
+        return changed
+
+    def postpone_task(self, key: str, seconds: float) -> None:
+        due = schema.UtcNowPlus(sa.literal(seconds, sa.Float()))
+        with _unavailable_on_connection_errors(), self._writing() as conn:
+            conn.execute(
+                sa.update(outbox)
+                .where(outbox.c.key == key, outbox.c.completed_at.is_(None))
+                .values(published_at=due)
+            )
+
+    def requeue_lost_tasks(self, older_than_seconds: float, limit: int = 500) -> int:
+        leased = sa.select(leases.c.key).where(leases.c.key == outbox.c.key).exists()
+        lost = (
+            sa.select(outbox.c.id)
+            .where(
+                outbox.c.published_at.is_not(None),
+                outbox.c.completed_at.is_(None),
+                outbox.c.published_at < schema.UtcNowPlus(sa.literal(-older_than_seconds, sa.Float())),
+                ~leased,
+            )
+            .order_by(outbox.c.published_at)
+            .limit(limit)
+        )
+        with _unavailable_on_connection_errors(), self._writing() as conn:
+            ids = list(conn.scalars(lost))
+            if not ids:
+                return 0
+            return int(
+                conn.execute(
+                    sa.update(outbox)
+                    .where(outbox.c.id.in_(ids), outbox.c.completed_at.is_(None))
+                    .values(published_at=None)
+                ).rowcount
+            )
+
+    # --- leases on work in flight --------------------------------------------------------------------
+
+    @staticmethod
+    @abc.abstractmethod
+    def _insert(table: sa.Table) -> Any:
+        """The backend's INSERT, which knows ON CONFLICT."""
+
+    def acquire_lease(
+        self, key: str, stream_id: str, holder: str, seconds: float, *, replacing: str | None = None
+    ) -> str | None:
+        insert = self._insert(leases).values(
+            key=key,
+            stream_id=stream_id,
+            holder=holder,
+            expires_at=schema.UtcNowPlus(sa.literal(seconds, sa.Float())),
+        )
+        # never the holder's own live lease: two threads of one process must not both run the work
+        takeable = [leases.c.expires_at < schema.UtcNow()]
+        if replacing is not None:
+            takeable.append(leases.c.holder == replacing)
+        upsert = insert.on_conflict_do_update(
+            index_elements=[leases.c.key],
+            set_={
+                "holder": insert.excluded.holder,
+                "stream_id": insert.excluded.stream_id,
+                "expires_at": insert.excluded.expires_at,
+                "acquired_at": schema.UtcNow(),
+            },
+            where=sa.or_(*takeable),
+        ).returning(leases.c.holder)
+        with _unavailable_on_connection_errors(), self._writing() as conn:
+            if conn.execute(upsert).first() is not None:
+                return None
+            current = conn.scalar(sa.select(leases.c.holder).where(leases.c.key == key))
+        # released between the two statements: nobody holds it, but this caller does not either
+        return str(current) if current is not None else ""
+
+    def renew_leases(self, keys: Sequence[str], holder: str, seconds: float) -> set[str]:
+        renewed: set[str] = set()
+        with _unavailable_on_connection_errors(), self._writing() as conn:
+            for start in range(0, len(keys), _IN_CHUNK):
+                chunk = list(keys[start : start + _IN_CHUNK])
+                renewed.update(
+                    conn.scalars(
+                        sa.update(leases)
+                        .where(leases.c.key.in_(chunk), leases.c.holder == holder)
+                        .values(expires_at=schema.UtcNowPlus(sa.literal(seconds, sa.Float())))
+                        .returning(leases.c.key)
+                    )
+                )
+        return renewed
+
+    def release_lease(self, key: str, holder: str) -> None:
+        with _unavailable_on_connection_errors(), self._writing() as conn:
+            conn.execute(sa.delete(leases).where(leases.c.key == key, leases.c.holder == holder))
+
+    def live_holder(self, key: str) -> str | None:
+        query = sa.select(leases.c.holder).where(leases.c.key == key, leases.c.expires_at >= schema.UtcNow())
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
+            holder = conn.scalar(query)
+        return None if holder is None else str(holder)
+
+    def lapsed_leases(self, limit: int = 100) -> list[Lease]:
+        query = (
+            sa.select(leases.c.key, leases.c.stream_id, leases.c.holder, leases.c.expires_at)
+            .where(leases.c.expires_at < schema.UtcNow())
+            .order_by(leases.c.expires_at)
+            .limit(limit)
+        )
+        with _unavailable_on_connection_errors(), self._engine.connect() as conn:
+            return [Lease(r.key, r.stream_id, r.holder, r.expires_at) for r in conn.execute(query)]
+
+    def remove_lapsed_lease(self, lease: Lease) -> bool:
+        with _unavailable_on_connection_errors(), self._writing() as conn:
+            removed = conn.execute(
+                sa.delete(leases).where(
+                    leases.c.key == lease.key,
+                    leases.c.holder == lease.holder,
+                    leases.c.expires_at < schema.UtcNow(),
+                )
+            ).rowcount
+        return bool(removed)
 
     def list_streams_with_pending_work(self, *, after: str = "", limit: int = 500) -> list[str]:
         query = (

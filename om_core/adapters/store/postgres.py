@@ -363,6 +363,10 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
         ]
 
     @staticmethod
+    def _insert(table: sa.Table) -> Any:
+        return postgresql.insert(table)
+
+    @staticmethod
     def _record_upsert() -> sa.Insert:
         return _upsert_record(postgresql.insert, _postgres_json, sa.true())
 

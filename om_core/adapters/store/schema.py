@@ -44,6 +44,28 @@ def _utc_now_sqlite(element: UtcNow, compiler: SQLCompiler, **kw: Any) -> str:
     return SQLITE_UTC_NOW
 
 
+class UtcNowPlus(sa.sql.expression.FunctionElement[datetime]):
+    """The database clock ``seconds`` from now, in the form ``UtcNow`` has on each backend: a lease's expiry,
+    taken from the one clock every process of a deployment shares."""
+
+    type = sa.DateTime(timezone=True)
+    inherit_cache = True
+
+    def __init__(self, seconds: sa.ColumnElement[float]) -> None:
+        super().__init__(seconds)
+
+
+@compiles(UtcNowPlus)
+def _utc_now_plus_default(element: UtcNowPlus, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"now() + make_interval(secs => {compiler.process(element.clauses, **kw)})"
+
+
+@compiles(UtcNowPlus, "sqlite")
+def _utc_now_plus_sqlite(element: UtcNowPlus, compiler: SQLCompiler, **kw: Any) -> str:
+    seconds = compiler.process(element.clauses, **kw)
+    return f"strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now', ({seconds}) || ' seconds')"
+
+
 class UtcDateTime(TypeDecorator[datetime]):
     """Timezone-aware UTC datetimes on both backends; naive datetimes are refused rather than guessed."""
 
@@ -241,6 +263,9 @@ outbox = sa.Table(
     sa.Column("published_at", UtcDateTime(), nullable=True),
     sa.Column("attempts", sa.Integer(), nullable=False, server_default=sa.text("0")),
     sa.Column("last_error", sa.Text(), nullable=True),
+    # when the task's run ended (alembic 0005): a task published long ago and not completed is published
+    # again, since the broker may have lost it
+    sa.Column("completed_at", UtcDateTime(), nullable=True),
     sa.UniqueConstraint("key"),
     sqlite_autoincrement=True,
 )
@@ -251,6 +276,28 @@ sa.Index(
     sqlite_where=outbox.c.published_at.is_(None),
 )
 sa.Index("ix_om_outbox_stream_id", outbox.c.stream_id)
+_incomplete = sa.and_(outbox.c.published_at.is_not(None), outbox.c.completed_at.is_(None))
+sa.Index(
+    "ix_om_outbox_incomplete",
+    outbox.c.published_at,
+    postgresql_where=_incomplete,
+    sqlite_where=_incomplete,
+)
+
+# Who runs a piece of work in flight now, and until when unless renewed (alembic 0005). A cycle's lease has
+# the key of its outbox row (``<stream>:<cycle>``); a proxied model call's is named for the message it
+# answers. Rows live only while the work runs, so the table stays as small as the work in flight.
+leases = sa.Table(
+    "om_leases",
+    metadata,
+    sa.Column("key", sa.Text(), primary_key=True),
+    sa.Column("stream_id", sa.Text(), nullable=False),
+    sa.Column("holder", sa.Text(), nullable=False),
+    sa.Column("acquired_at", UtcDateTime(), nullable=False, server_default=UtcNow()),
+    sa.Column("expires_at", UtcDateTime(), nullable=False),
+)
+sa.Index("ix_om_leases_expires_at", leases.c.expires_at)
+sa.Index("ix_om_leases_stream_id", leases.c.stream_id)
 
 # The vector index of observation groups (retrieval ``vector: true``). Embeddings are JSON arrays ranked in
 # the application: recall searches one resource's or thread's groups, a few thousand at most, so a scan of

@@ -188,6 +188,10 @@ class SqliteEventStore(SqlEventStore, dialect="sqlite"):
         return StoredSnapshot(row.state, row.version, row.position, row.log, window)
 
     @staticmethod
+    def _insert(table: sa.Table) -> Any:
+        return sqlite.insert(table)
+
+    @staticmethod
     def _record_upsert() -> sa.Insert:
         # SQLite cannot tell an upsert's ON CONFLICT from a join constraint after INSERT ... SELECT unless the
         # SELECT has a WHERE clause, hence the WHERE true.

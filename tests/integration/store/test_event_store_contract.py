@@ -619,6 +619,98 @@ class EventStoreContract:
         left = [t.key for t in store.fetch_unpublished_tasks(limit=1000) if t.stream_id == stream]
         assert left == [f"{stream}/1"]
 
+    def test_a_completed_task_is_never_published_again(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        store.append(stream, [event(1)], 0, tasks=[task(f"{stream}:ran-inline"), task(f"{stream}:published")])
+        assert store.mark_keys_published([f"{stream}:published"]) == 1
+        # one ran before it was published (a reader's fallback), one after: neither is published again
+        assert store.mark_tasks_completed([f"{stream}:ran-inline", f"{stream}:published"]) == 2
+        assert store.mark_tasks_completed([f"{stream}:published"]) == 0
+        assert not [t for t in store.fetch_unpublished_tasks(limit=1000) if t.stream_id == stream]
+        time.sleep(0.01)
+        store.requeue_lost_tasks(older_than_seconds=0.001)
+        assert not [t for t in store.fetch_unpublished_tasks(limit=1000) if t.stream_id == stream]
+
+    def test_a_published_task_that_never_completed_is_requeued_unless_its_work_is_leased(
+        self, store: SqlEventStore
+    ) -> None:
+        stream = new_stream()
+        lost, running, retrying = (f"{stream}:{name}" for name in ("lost", "running", "retrying"))
+        store.append(stream, [event(1)], 0, tasks=[task(lost), task(running), task(retrying)])
+        assert store.mark_keys_published([lost, running, retrying]) == 3
+        assert store.acquire_lease(running, stream, "host/1/a", 30) is None
+        store.postpone_task(retrying, 3600)
+        # a task is lost only once it is that old
+        assert store.requeue_lost_tasks(older_than_seconds=3600) == 0
+        time.sleep(0.01)
+        requeued = store.requeue_lost_tasks(older_than_seconds=0.001)
+        again = [t.key for t in store.fetch_unpublished_tasks(limit=1000) if t.stream_id == stream]
+        assert again == [lost]
+        assert requeued >= 1
+        store.mark_tasks_published([t.id for t in store.fetch_unpublished_tasks(limit=1000) if t.key == lost])
+        store.mark_tasks_completed([lost])
+        time.sleep(0.01)
+        store.requeue_lost_tasks(older_than_seconds=0.001)
+        assert not [t for t in store.fetch_unpublished_tasks(limit=1000) if t.stream_id == stream]
+
+    # --- leases ----------------------------------------------------------------------------------------
+
+    def test_a_lease_is_held_by_one_holder_until_it_lapses_or_is_released(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        key = f"{stream}:cycle-1"
+        assert store.live_holder(key) is None
+        assert store.acquire_lease(key, stream, "host/1/a", 30) is None
+        assert store.live_holder(key) == "host/1/a"
+        # nobody else takes it, not even another thread of the same holder
+        assert store.acquire_lease(key, stream, "host/2/b", 30) == "host/1/a"
+        assert store.acquire_lease(key, stream, "host/1/a", 30) == "host/1/a"
+        assert store.renew_leases([key, f"{stream}:other"], "host/1/a", 30) == {key}
+        assert store.renew_leases([key], "host/2/b", 30) == set()
+        assert not [lease for lease in store.lapsed_leases() if lease.key == key]
+        store.release_lease(key, "host/2/b")
+        assert store.acquire_lease(key, stream, "host/2/b", 30) == "host/1/a"
+        store.release_lease(key, "host/1/a")
+        assert store.acquire_lease(key, stream, "host/2/b", 30) is None
+
+    def test_a_lapsed_lease_is_listed_and_taken_over(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        key = f"{stream}:cycle-1"
+        assert store.acquire_lease(key, stream, "host/1/a", 0.05) is None
+        time.sleep(0.2)
+        [lapsed] = [lease for lease in store.lapsed_leases() if lease.key == key]
+        assert (lapsed.stream_id, lapsed.holder) == (stream, "host/1/a")
+        assert store.live_holder(key) is None
+        assert lapsed.expires_at.tzinfo is not None
+        # a renewal after the lapse still finds it its own, if nobody took it meanwhile
+        assert store.renew_leases([key], "host/1/a", 0.05) == {key}
+        time.sleep(0.2)
+        assert store.acquire_lease(key, stream, "host/2/b", 30) is None
+        assert store.renew_leases([key], "host/1/a", 30) == set()
+        assert not store.remove_lapsed_lease(lapsed), "held again: not lapsed any more"
+        assert not [lease for lease in store.lapsed_leases() if lease.key == key]
+
+    def test_a_holder_known_dead_is_replaced_at_once(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        key = f"{stream}:cycle-1"
+        assert store.acquire_lease(key, stream, "host/1/a", 30) is None
+        assert store.acquire_lease(key, stream, "host/2/b", 30, replacing="host/9/z") == "host/1/a"
+        assert store.acquire_lease(key, stream, "host/2/b", 30, replacing="host/1/a") is None
+        assert store.renew_leases([key], "host/2/b", 30) == {key}
+
+    def test_a_lapsed_lease_is_removed_only_while_still_lapsed_and_erasure_removes_leases(
+        self, store: SqlEventStore
+    ) -> None:
+        stream = new_stream()
+        store.append(stream, [event(1)], 0)
+        assert store.acquire_lease(f"{stream}:a", stream, "host/1/a", 0.05) is None
+        assert store.acquire_lease(f"{stream}:b", stream, "host/1/a", 30) is None
+        time.sleep(0.2)
+        [lapsed] = [lease for lease in store.lapsed_leases() if lease.stream_id == stream]
+        assert store.remove_lapsed_lease(lapsed)
+        assert not store.remove_lapsed_lease(lapsed)
+        store.delete_stream(stream)
+        assert store.acquire_lease(f"{stream}:b", stream, "host/2/b", 30) is None
+
     def test_streams_with_pending_work_are_listed_from_the_projection(self, store: SqlEventStore) -> None:
         tenant = f"t{uuid.uuid4().hex[:8]}"
         idle, chunks, cycle = (f"{tenant}/thread/{name}" for name in ("idle", "chunks", "cycle"))

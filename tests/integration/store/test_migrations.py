@@ -22,7 +22,15 @@ from om_core.adapters.store.migrations import (
 from om_core.adapters.store.schema import applies_to, metadata
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-TABLES = {"om_events", "om_records", "om_messages", "om_outbox", "om_api_keys", "om_indexed_groups"}
+TABLES = {
+    "om_events",
+    "om_records",
+    "om_messages",
+    "om_outbox",
+    "om_leases",
+    "om_api_keys",
+    "om_indexed_groups",
+}
 
 
 def table_names(url: str) -> set[str]:
@@ -66,7 +74,7 @@ def test_alembic_cli_upgrades_an_empty_postgres_database_and_downgrades_it(empty
     assert table_names(empty_postgres_url) == set()
     alembic("upgrade", "head")
     assert table_names(empty_postgres_url) == TABLES
-    assert current_revision(empty_postgres_url) == "0004"
+    assert current_revision(empty_postgres_url) == "0005"
     assert schema_differences(empty_postgres_url) == []
     alembic("downgrade", "base")
     assert table_names(empty_postgres_url) == set()
@@ -83,7 +91,7 @@ def test_sqlite_upgrade_downgrade_and_models_match(tmp_path: Path) -> None:
     downgrade_to_base(url)
     assert table_names(url) == set()
     upgrade_to_head(url)
-    assert current_revision(url) == "0004"
+    assert current_revision(url) == "0005"
 
 
 @pytest.mark.integration

@@ -99,8 +99,8 @@ class Cluster:
         self.processes.append(process)
         return process.start()
 
-    def beat(self, name: str = "beat") -> CeleryProcess:
-        process = beat_process(name, self.env(), self.tmp)
+    def beat(self, name: str = "beat", *, env: dict[str, str] | None = None) -> CeleryProcess:
+        process = beat_process(name, env or self.env(), self.tmp)
         self.processes.append(process)
         return process.start()
 

@@ -3,19 +3,26 @@
     .venv/bin/python -m bench.soak [--threads 50] [--turns 24] [--seconds 90] [--seed 1] [--log-dir DIR]
     om bench soak --help
 
-What runs, as it is deployed: ``om serve`` (a process of its own), two ``om worker`` processes with
-concurrency 2, and ``om beat`` (the outbox relay and stuck-cycle recovery the faults below need), on a
-scratch Postgres database and a private ``redis-server`` on a free port (the shared one is never touched).
+What runs, as it is deployed: two ``om serve`` replicas (processes of their own, each with its own state
+cache), two ``om worker`` processes with concurrency 2, and ``om beat`` (the outbox relay, lost-work
+recovery and the sweeps), on a scratch Postgres database and a private ``redis-server`` on a free port (the
+shared one is never touched).
 The profile has small budgets (messageTokens 400, observationTokens 600, default buffering), the local model
 ``om-local/extractive`` and the vector index, so every kind of background work happens within a few turns.
 
 What the clients do, over HTTP with an API key: one conversation per thread (synthetic user/assistant turns
 of varied topics and lengths, seeded; each turn appends the user message, reads the context and appends the
-answer, with small pauses); some threads with two appenders at once; some threads DELETEd right after their
-last append while work is in flight, and some of those re-created under the same id a few seconds later.
-Meanwhile the faults: Postgres backends terminated (twice), a task delivered again after it ran (published
-again, and outbox rows marked unpublished so the relay publishes them again), a worker SIGKILLed mid-task and
-restarted, and Redis shut down without saving and restarted.
+answer, with small pauses), each conversation's requests sent to the two replicas in turn; some threads with
+two appenders at once; some threads DELETEd right after their last append while work is in flight, and some
+of those re-created under the same id a few seconds later. Meanwhile the faults: Postgres backends
+terminated (twice), a task delivered again after it ran (published again, and outbox rows marked unpublished
+so the relay publishes them again), a worker SIGKILLed mid-task and restarted, Redis shut down without
+saving and restarted, and a worker SIGKILLed while it runs a background cycle with Redis shut down without
+saving at the same moment (its unacknowledged message gone with it), both restarted.
+
+Besides the violations, it measures what a worker's death costs: for every record whose cycle a killed
+worker held, the time from the death to the record's next completed background cycle (p50 and max), and the
+share of all model calls whose results were discarded (stale or failed).
 
 Once nothing is in flight and the outbox is empty (a bounded wait), with every process stopped, it counts
 violations by kind (see ``bench/soak_checks.py``; each is 0 when the system is healthy) and prints them with
@@ -60,7 +67,7 @@ from bench.soak_checks import (
 )
 from om_api.demo.conversation import Turn, synthetic_conversation
 from om_core.adapters.store import SqlEventStore, create_event_store
-from om_core.adapters.store.schema import events, outbox
+from om_core.adapters.store.schema import events, leases, outbox
 from om_core.application.repository import load_state
 from om_core.application.streams import thread_stream_id
 from om_core.application.task_requests import (
@@ -89,11 +96,12 @@ from testing.processes import (
 ADMIN_URL = postgres_server().render_as_string(hide_password=False)
 TENANT = "soak"
 KEY = "soak-key"
-# Short recovery bounds, so every fault heals within the run: a SIGKILLed worker's message is redelivered
-# after the visibility timeout, and a cycle whose message died with Redis is failed as stuck (and asked for
-# again) after OM_WORKER_STUCK_AFTER. The time limits stay above a worker's reconnect after the Redis
-# restart (several seconds of backoff, during which it cannot learn that its tasks finished): below that,
-# the limit would fire at pool processes long done with their task. WorkerSettings' ordering holds.
+# What a lost worker costs is measured with the defaults: the lease (OM_LEASE_SECONDS 30), its recovery
+# tick (OM_WORKER_RECOVER_INTERVAL 5) and the requeue of tasks the broker lost (OM_WORKER_REQUEUE_AFTER 30)
+# are left as deployed, and the stuck-cycle sweep is put out of reach (300 s): no fault heals through it. The
+# other bounds are short, so the run stays short: the time limits stay above a worker's reconnect after the
+# Redis restart (several seconds of backoff, during which it cannot learn that its tasks finished). The
+# ordering WorkerSettings demands holds.
 WORKER_ENV = {
     "OM_WORKER_SOFT_TIME_LIMIT": "15",
     "OM_WORKER_TIME_LIMIT": "18",
@@ -103,14 +111,16 @@ WORKER_ENV = {
     "OM_WORKER_RELAY_INTERVAL": "1",
     "OM_WORKER_REPUBLISH_AFTER": "2",
     "OM_WORKER_SWEEP_INTERVAL": "2",
-    "OM_WORKER_STUCK_AFTER": "20",
+    "OM_WORKER_STUCK_AFTER": "300",
 }
+REPLICAS = 2
 FAULT_KINDS = (
     "pg_terminate_backend",
     "duplicate_delivery",
     "outbox_republish",
     "worker_sigkill",
     "redis_restart",
+    "worker_crash_with_broker_restart",
     "erase_with_work_in_flight",
     "recreate",
 )
@@ -126,7 +136,7 @@ class SoakOptions:
     seconds: float = 90.0
     seed: int = 1
     latency_ms: int = 50
-    settle_seconds: float = 90.0
+    settle_seconds: float = 120.0
     admin_url: str = ADMIN_URL
     log_dir: Path | None = None
 
@@ -205,7 +215,7 @@ class Http:
         self._lock = threading.Lock()
 
     def call(
-        self, client: httpx.Client, method: str, path: str, body: Any = None, *, ok: tuple[int, ...] = ()
+        self, client: Replicas, method: str, path: str, body: Any = None, *, ok: tuple[int, ...] = ()
     ) -> httpx.Response | None:
         deadline = time.monotonic() + self.patience
         pause = 0.1
@@ -278,10 +288,19 @@ def _work_running(status: dict[str, Any] | None) -> bool:
 # --- conversations ----------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class WorkerDeath:
+    """A worker killed by the soak, when, and the records whose cycles it held then (by their leases)."""
+
+    at: datetime
+    streams: frozenset[str]
+
+
 @dataclass
 class Outcome:
     """What the clients did and what the server accepted, for the checks."""
 
+    deaths: list[WorkerDeath] = field(default_factory=list)
     live: dict[str, set[str]] = field(default_factory=dict)
     erased: list[ErasedThread] = field(default_factory=list)
     turns: int = 0
@@ -290,16 +309,39 @@ class Outcome:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+class Replicas:
+    """One conversation's client of every replica: each request goes to the next one in turn."""
+
+    def __init__(self, bases: list[str]) -> None:
+        self.clients = [
+            httpx.Client(
+                base_url=base, headers={"Authorization": f"Bearer {KEY}"}, timeout=httpx.Timeout(30.0)
+            )
+            for base in bases
+        ]
+        self._next = 0
+
+    def request(self, method: str, path: str, json: Any = None) -> httpx.Response:
+        client = self.clients[self._next]
+        self._next = (self._next + 1) % len(self.clients)
+        return client.request(method, path, json=json)
+
+    def __enter__(self) -> Replicas:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for client in self.clients:
+            client.close()
+
+
 class Conversations:
-    def __init__(self, base: str, http: Http, outcome: Outcome) -> None:
-        self.base = base
+    def __init__(self, bases: list[str], http: Http, outcome: Outcome) -> None:
+        self.bases = bases
         self.http = http
         self.outcome = outcome
 
-    def client(self) -> httpx.Client:
-        return httpx.Client(
-            base_url=self.base, headers={"Authorization": f"Bearer {KEY}"}, timeout=httpx.Timeout(30.0)
-        )
+    def client(self) -> Replicas:
+        return Replicas(self.bases)
 
     def run(self, plan: ThreadPlan, t0: float) -> None:
         time.sleep(max(0.0, t0 + plan.start_after - time.monotonic()))
@@ -333,7 +375,7 @@ class Conversations:
 
     def _converse(
         self,
-        client: httpx.Client,
+        client: Replicas,
         plan: ThreadPlan,
         script: Iterator[Turn],
         tag: str,
@@ -358,7 +400,7 @@ class Conversations:
         return status
 
     def _post(
-        self, client: httpx.Client, thread_id: str, message: dict[str, Any], accepted: set[str]
+        self, client: Replicas, thread_id: str, message: dict[str, Any], accepted: set[str]
     ) -> dict[str, Any] | None:
         with self.outcome.lock:
             self.outcome.messages_sent += 1
@@ -375,7 +417,7 @@ class Conversations:
 
     def _erase(
         self,
-        client: httpx.Client,
+        client: Replicas,
         plan: ThreadPlan,
         script: Iterator[Turn],
         accepted: set[str],
@@ -458,6 +500,7 @@ class Faults:
             (0.32, self.kill_worker),
             (0.45, self.restart_redis),
             (0.58, self.mark_outbox_unpublished),
+            (0.64, self.crash_worker_with_broker),
             (0.70, self.terminate_backends),
             (0.80, self.deliver_again),
         ]
@@ -524,6 +567,40 @@ class Faults:
             ).rowcount
         self._count("outbox_republish", int(changed))
 
+    def _held_by(self, worker: CeleryProcess, *, buffering: bool = False) -> frozenset[str]:
+        """The records whose cycles ``worker`` holds now (its leases; a holder is host/pid/token)."""
+        pids = worker.pids()
+        with self.store.engine.connect() as conn:
+            rows = conn.execute(sa.select(leases.c.key, leases.c.stream_id, leases.c.holder)).all()
+        return frozenset(
+            row.stream_id
+            for row in rows
+            if _holder_pid(row.holder) in pids and (not buffering or ":buffer-obs-" in row.key)
+        )
+
+    def _died(self, worker: CeleryProcess, held: frozenset[str]) -> None:
+        with self.outcome.lock:
+            self.outcome.deaths.append(WorkerDeath(datetime.now(UTC), held))
+
+    def crash_worker_with_broker(self) -> None:
+        """SIGKILL the second worker while it runs a background observation, and at once shut Redis down
+        without saving (the unacknowledged message goes with it); then start both again."""
+        worker = self.workers[1]
+        deadline = time.monotonic() + 15
+        held = self._held_by(worker, buffering=True)
+        while not held and time.monotonic() < deadline:
+            time.sleep(0.02)
+            held = self._held_by(worker, buffering=True)
+        with self.supervisor.stopping(worker):
+            worker.kill()
+            self._died(worker, held | self._held_by(worker))
+            self.broker.shutdown_nosave()
+            self._count("worker_crash_with_broker_restart")
+            self._count("worker_crash_mid_cycle", int(bool(held)))
+            time.sleep(1.0)
+            self.broker.start()
+            worker.start()
+
     def kill_worker(self) -> None:
         """SIGKILL the first worker (its whole process group) while it runs a task, then start it again."""
         worker = self.workers[0]
@@ -537,7 +614,9 @@ class Faults:
             if not busy:
                 time.sleep(0.02)
         with self.supervisor.stopping(worker):
+            held = self._held_by(worker)
             worker.kill()
+            self._died(worker, held)
             self._count("worker_sigkill")
             self._count("worker_sigkill_mid_task", int(busy))
             time.sleep(1.0)
@@ -548,6 +627,79 @@ class Faults:
         self._count("redis_restart")
         time.sleep(2.0)
         self.broker.start()
+
+
+def _holder_pid(holder: str) -> int | None:
+    pid = holder.split("/")[1] if holder.count("/") == 2 else ""
+    return int(pid) if pid.isdigit() else None
+
+
+# The events that end a background cycle by applying its result: the record's background work goes on.
+_APPLIED = (
+    "ObservationBufferCompleted",
+    "ReflectionBuffered",
+    "SyncObservationCompleted",
+    "ReflectionCompleted",
+)
+
+
+def recovery_after_deaths(
+    store: SqlEventStore, deaths: list[WorkerDeath], erased: set[str]
+) -> dict[str, Any]:
+    """For each record a killed worker held a cycle of: seconds from the death to the record's next
+    applied background result. Records erased since are left out; one with no such result is unrecovered."""
+    seconds: list[float] = []
+    unrecovered: list[str] = []
+    for death in deaths:
+        for stream_id in sorted(death.streams - erased):
+            after = [
+                e.recorded_at
+                for e in store.read_stream(stream_id)
+                if e.event_type in _APPLIED and e.recorded_at > death.at
+            ]
+            if after:
+                seconds.append((min(after) - death.at).total_seconds())
+            else:
+                unrecovered.append(stream_id)
+    ordered = sorted(seconds)
+    return {
+        "deaths": len(deaths),
+        "records": len(ordered) + len(unrecovered),
+        "p50": round(ordered[len(ordered) // 2], 1) if ordered else None,
+        "max": round(ordered[-1], 1) if ordered else None,
+        "unrecovered": unrecovered,
+    }
+
+
+def discarded_calls(store: SqlEventStore) -> dict[str, Any]:
+    """Model calls by what became of their results: applied, discarded as stale, failed."""
+    calls: Counter[str] = Counter()
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(events.c.event_type, events.c.data).where(
+                events.c.event_type.like("%Completed")
+                | events.c.event_type.like("%Stale")
+                | events.c.event_type.like("%Failed")
+                | (events.c.event_type == "ReflectionBuffered")
+            )
+        ).all()
+    for event_type, data in rows:
+        kind = (
+            "stale"
+            if event_type.endswith("Stale")
+            else "failed"
+            if event_type.endswith("Failed")
+            else "applied"
+        )
+        # a stale result without usage called no model (its cycle was over when it came); a failure of lost
+        # work records the calls it knows of (none)
+        calls[kind] += int((data.get("usage") or {}).get("calls", 1 if kind == "applied" else 0))
+    total = sum(calls.values())
+    return {
+        **{kind: calls[kind] for kind in ("applied", "stale", "failed")},
+        "total": total,
+        "discarded_share": round((calls["stale"] + calls["failed"]) / total, 4) if total else 0.0,
+    }
 
 
 class Supervisor:
@@ -714,7 +866,11 @@ def run_soak(options: SoakOptions) -> dict[str, Any]:
         # the workers warm up (imports, a first model call) while the server starts
         pool = stack.enter_context(ThreadPoolExecutor(len(processes)))
         starting = [pool.submit(p.start) for p in processes]
-        with om_server(["serve"], env, log_dir / "server.log") as base:
+        with contextlib.ExitStack() as servers:
+            bases = [
+                servers.enter_context(om_server(["serve"], env, log_dir / f"server-{index}.log"))
+                for index in range(REPLICAS)
+            ]
             stop = threading.Event()
             watchdog = threading.Thread(target=supervisor.run, args=(stop,))
             injector = threading.Thread(target=faults.run, args=(options.seconds, stop))
@@ -723,7 +879,7 @@ def run_soak(options: SoakOptions) -> dict[str, Any]:
                     process.result()
                 phases["startup"] = time.monotonic() - began
                 watchdog.start()
-                conversations = Conversations(base, http, outcome)
+                conversations = Conversations(bases, http, outcome)
                 t0 = time.monotonic()
                 injector.start()
                 clients = [threading.Thread(target=conversations.run, args=(p, t0)) for p in plans]
@@ -734,7 +890,8 @@ def run_soak(options: SoakOptions) -> dict[str, Any]:
                 injector.join()  # every fault is injected before the system may settle
                 conversed = time.monotonic() - t0
                 settled = settle(store, broker.port, options.settle_seconds, findings)
-                replays = _replays(base)
+                per_replica = [_replays(base) for base in bases]
+                replays = None if None in per_replica else sum(r or 0.0 for r in per_replica)
             finally:
                 stop.set()
                 for thread in (injector, watchdog):
@@ -753,13 +910,18 @@ def run_soak(options: SoakOptions) -> dict[str, Any]:
         check_erased_threads(store.engine, outcome.erased, findings)
         with store.engine.connect() as conn:
             total_events = int(conn.scalar(sa.select(sa.func.count()).select_from(events)) or 0)
-        server_log = (log_dir / "server.log").read_text(errors="replace")
+        server_logs = "".join(
+            (log_dir / f"server-{index}.log").read_text(errors="replace") for index in range(REPLICAS)
+        )
+        erased_streams = {t.stream_id for t in outcome.erased}
+        recovery = recovery_after_deaths(store, outcome.deaths, erased_streams)
+        calls = discarded_calls(store)
         phases["checks"] = time.monotonic() - checking
     violations = findings.violations()
     return {
         "benchmark": "soak",
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(options).items()},
-        "shape": "om serve + 2 om worker (concurrency 2) + om beat, scratch Postgres, private Redis",
+        "shape": "2 om serve + 2 om worker (concurrency 2) + om beat, scratch Postgres, private Redis",
         "threads": {
             "total": len(plans),
             "with_two_appenders": sum(p.second_appender for p in plans),
@@ -785,11 +947,14 @@ def run_soak(options: SoakOptions) -> dict[str, Any]:
         | {
             "pg_backends_terminated": outcome.faults["pg_backends_terminated"],
             "worker_sigkill_mid_task": outcome.faults["worker_sigkill_mid_task"],
+            "worker_crash_mid_cycle": outcome.faults["worker_crash_mid_cycle"],
             "not_injected": faults.errors,
         },
         "verify": verify,
         "workers": workers_report,
-        "server_log_tracebacks": server_log.count("Traceback"),
+        "server_log_tracebacks": server_logs.count("Traceback"),
+        "recovery_after_worker_death_seconds": recovery,
+        "model_calls": calls,
         "state_replays": replays,
         "violations": violations,
         "violations_total": sum(violations.values()),
@@ -808,9 +973,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="om bench soak",
         description=(
-            "Soak the deployed shape (om serve, two om workers, om beat, Postgres, Redis) with concurrent "
-            "conversations and faults, then count integrity violations by kind. Prints JSON; exits 1 when "
-            "any violation was found."
+            "Soak the deployed shape (two om serve replicas, two om workers, om beat, Postgres, Redis) with "
+            "concurrent conversations and faults, then count integrity violations by kind and measure what a "
+            "worker's death costs. Prints JSON; exits 1 when any violation was found."
         ),
     )
     defaults = SoakOptions()
@@ -832,7 +997,7 @@ def main(argv: list[str] | None = None) -> int:
         "--settle-seconds",
         type=float,
         default=defaults.settle_seconds,
-        help="longest wait for work in flight to end before that counts as a violation (default 90)",
+        help="longest wait for work in flight to end before that counts as a violation (default 120)",
     )
     parser.add_argument(
         "--database-url", default=defaults.admin_url, help="a Postgres server (a scratch database is made)"

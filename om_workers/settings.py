@@ -32,7 +32,7 @@ class WorkerSettings(BaseSettings):
     # (the broker lost it). A task waiting in a queue that long is published twice: harmless, as every
     # copy after the first finds its work done.
     recover_interval: float = Field(default=5.0, gt=0)
-    requeue_after: float = Field(default=60.0, gt=0)
+    requeue_after: float = Field(default=30.0, gt=0)
     # A cycle in flight longer than this is recorded as failed (timeout) so the policy can ask again.
     stuck_after: float = Field(default=900.0, gt=0)
     metrics_port: int | None = Field(default=None, ge=1, le=65_535)

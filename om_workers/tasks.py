@@ -20,7 +20,9 @@ from datetime import timedelta
 from typing import Any
 
 from celery import Celery, Task
+from celery.exceptions import Reject
 from celery.signals import worker_init, worker_process_init
+from celery.utils.time import get_exponential_backoff_interval
 from sqlalchemy.exc import OperationalError
 
 from om_core.adapters.webhook_sender import HttpWebhookSender
@@ -133,10 +135,6 @@ def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
     worker = runtime.worker
     retry_options: dict[str, Any] = {
         "bind": True,
-        "autoretry_for": RETRYABLE,
-        "retry_backoff": 1,
-        "retry_backoff_max": worker.retry_backoff_max,
-        "retry_jitter": True,
         "max_retries": worker.max_retries,
         "acks_late": True,
         "reject_on_worker_lost": True,
@@ -144,14 +142,36 @@ def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
 
     def run(task: Task, task_name: str, stream_id: str, cycle_id: str, published_at: float | None) -> str:
         queue = str((task.request.delivery_info or {}).get("routing_key") or "")
-        if task.request.retries == 0:
+        retries = int(task.request.retries or 0)
+        if retries == 0:
             metrics.observe_queue_lag(queue, published_at)
         else:
             metrics.TASK_RETRIES.labels(task=task_name).inc()
         started = time.perf_counter()
         outcome = "error"
         try:
-            outcome = run_task(runtime.deps(), task_name, stream_id, cycle_id).value
+            try:
+                outcome = run_task(runtime.deps(), task_name, stream_id, cycle_id).value
+            except RETRYABLE as error:
+                # a transient store error: again with exponential backoff and full jitter, a bounded number
+                # of times (then the error is raised, and the task is found unfinished and published again)
+                countdown = get_exponential_backoff_interval(1, retries, worker.retry_backoff_max, True)
+                try:
+                    raise task.retry(exc=error, countdown=countdown) from error
+                except Reject as refused:
+                    # the broker is down too: the retry cannot be handed over. The task's run did not
+                    # complete, so the relay publishes it again once it is OM_WORKER_REQUEUE_AFTER overdue
+                    outcome = "requeued"
+                    log.warning(
+                        "%s %s %s: the store failed (%s) and the broker took no retry (%s); published again "
+                        "within %.0fs",
+                        task_name,
+                        stream_id,
+                        cycle_id,
+                        _first_line(error),
+                        _first_line(refused.reason),
+                        worker.requeue_after,
+                    )
             return outcome
         finally:
             metrics.TASK_SECONDS.labels(task=task_name).observe(time.perf_counter() - started)
@@ -225,9 +245,18 @@ def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
             # the retry waits in this worker's memory: should the worker or the broker lose it, the
             # relay publishes the delivery again once it is overdue
             runtime.deps().outbox.postpone_task(key, countdown)
-            raise self.retry(
-                exc=error, countdown=countdown, max_retries=worker.webhook_max_retries
-            ) from error
+            try:
+                raise self.retry(
+                    exc=error, countdown=countdown, max_retries=worker.webhook_max_retries
+                ) from error
+            except Reject as refused:
+                log.warning(
+                    "webhook %s (%s): the broker took no retry (%s); published again once overdue",
+                    delivery_id,
+                    event,
+                    _first_line(refused.reason),
+                )
+                return "requeued"
         runtime.deps().outbox.mark_tasks_completed([key])
         metrics.WEBHOOK_SECONDS.observe(time.perf_counter() - started)
         metrics.WEBHOOK_DELIVERIES.labels(event=event, result=outcome.value).inc()
@@ -272,8 +301,12 @@ def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
         return {"recovered": len(report.recovered), "requeued": report.requeued}
 
 
+def _first_line(error: object) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def _store_unavailable(scan: str, error: BaseException) -> dict[str, int]:
     metrics.MAINTENANCE.labels(scan=scan, result="store_unavailable").inc()
-    first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    log.warning("%s skipped this tick: the database is unavailable (%s)", scan, first_line)
+    log.warning("%s skipped this tick: the database is unavailable (%s)", scan, _first_line(error))
     return {"store_unavailable": 1}

@@ -202,6 +202,20 @@ class CeleryProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def pids(self) -> set[int]:
+        """The process and its pool children: every process of its process group (read from /proc)."""
+        if self.proc is None:
+            return set()
+        group = self.proc.pid
+        found = set()
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                # the command name is in parentheses and may hold spaces: the fields after it are fixed
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) == group:
+                    found.add(int(stat.parent.name))
+        return found
+
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Signal the whole process group (the worker and its pool children)."""
         if self.proc is not None and self.proc.poll() is None:

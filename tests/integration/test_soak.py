@@ -1,10 +1,12 @@
 """The soak's short profile (``om bench soak`` at a small size): the deployed processes under every fault
 kind, then every integrity check of issue 9 at zero.
 
-One run: ``om serve``, two ``om worker`` processes (concurrency 2) and ``om beat`` on a scratch database and
-a private Redis; 12 conversations over about 20 s with two appenders on some threads, DELETEs with work in
-flight and re-creation, Postgres backends terminated, duplicate deliveries, a worker SIGKILLed mid-task,
-Redis shut down and restarted. The processes' logs stay in the test's tmp_path.
+One run: two ``om serve`` replicas, two ``om worker`` processes (concurrency 2) and ``om beat`` on a scratch
+database and a private Redis; 12 conversations over about 24 s, their requests sent to both replicas in turn,
+with two appenders on some threads, DELETEs with work in flight and re-creation, Postgres backends
+terminated, duplicate deliveries, a worker SIGKILLed mid-task, Redis shut down and restarted, and a worker
+SIGKILLed mid-cycle with Redis shut down without saving at the same moment. The processes' logs stay in the
+test's tmp_path.
 """
 
 from __future__ import annotations
@@ -41,16 +43,21 @@ from om_core.domain.events import (
     to_new_event,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
 def test_short_soak_injects_every_fault_and_finds_no_violation(tmp_path: Path) -> None:
-    report = run_soak(SoakOptions(threads=12, turns=10, seconds=20, settle_seconds=40, log_dir=tmp_path))
+    report = run_soak(SoakOptions(threads=12, turns=10, seconds=24, settle_seconds=90, log_dir=tmp_path))
 
     faults = report["faults"]
     assert faults["not_injected"] == [], faults
     assert all(faults[kind] >= 1 for kind in FAULT_KINDS), faults
     assert faults["worker_sigkill_mid_task"] == 1, "the worker was killed while it ran a task"
+    assert faults["worker_crash_mid_cycle"] == 1, "the worker was killed while it held a background cycle"
+    # with the default lease: a record whose worker died resumes its background work within 60 s
+    recovery = report["recovery_after_worker_death_seconds"]
+    assert recovery["records"] >= 1 and recovery["unrecovered"] == [], recovery
+    assert recovery["max"] <= 60, recovery
     assert report["threads"]["with_two_appenders"] >= 1
     assert report["messages"]["accepted"] > 0
     found = {k: report[k] for k in ("violations", "breakdown", "examples")}

@@ -25,13 +25,14 @@ The sync hooks use ``client`` (``OMClient``), the async ones (``ainvoke``, ``ast
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from om_api.client import AsyncOMClient, OMClient
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
     from langchain_core.messages import (
+        AnyMessage,
         BaseMessage,
         SystemMessage,
         convert_to_messages,
@@ -73,13 +74,14 @@ def _with_memory(request: ModelRequest, context: JSON) -> ModelRequest:
     """The request with om's context as its messages, om's memory joining the agent's system prompt."""
     messages = convert_to_messages(context["messages"])
     memory = [str(m.content) for m in messages if isinstance(m, SystemMessage)]
-    rest = [m for m in messages if not isinstance(m, SystemMessage)]
+    # convert_to_messages makes only the message classes AnyMessage names
+    rest = cast("list[AnyMessage]", [m for m in messages if not isinstance(m, SystemMessage)])
     own = request.system_message.text if request.system_message is not None else ""
     system = "\n\n".join(part for part in (own, *memory) if part)
     return request.override(messages=rest, system_message=SystemMessage(system) if system else None)
 
 
-class OMMemory(AgentMiddleware):  # type: ignore[misc]
+class OMMemory(AgentMiddleware):
     """``create_agent`` middleware sending the model om's context of the thread instead of the state's
     messages, and storing the conversation in om."""
 

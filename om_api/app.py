@@ -167,7 +167,7 @@ def create_app(
                 "Allowed only because the server binds to the loopback host %s.",
                 settings.host,
             )
-        async with mcp_serving:
+        async with mcp_serving():
             yield
         for stop in owned:
             stop()

@@ -51,18 +51,26 @@ class McpEndpoint:
     """The ASGI app served at ``/mcp``; ``running()`` belongs in the API's lifespan."""
 
     def __init__(self, settings: ServerSettings) -> None:
-        self.manager = StreamableHTTPSessionManager(
-            app=build_server(_om_version()),
-            json_response=True,
-            stateless=True,
-            security_settings=_transport_security(settings),
-            max_request_body_size=settings.max_request_bytes,
-        )
+        self.settings = settings
+        self.server = build_server(_om_version())
+        self.manager: StreamableHTTPSessionManager | None = None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        async with self.manager.run():
-            yield
+        """Serve while inside; a manager runs once, so each lifespan of the app starts its own."""
+        manager = StreamableHTTPSessionManager(
+            app=self.server,
+            json_response=True,
+            stateless=True,
+            security_settings=_transport_security(self.settings),
+            max_request_body_size=self.settings.max_request_bytes,
+        )
+        async with manager.run():
+            self.manager = manager
+            try:
+                yield
+            finally:
+                self.manager = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -71,5 +79,7 @@ class McpEndpoint:
             response = error_response(error.status, error.code, error.message, error.details, error.headers)
             await response(scope, receive, send)
             return
+        if self.manager is None:
+            raise RuntimeError("the MCP endpoint serves only while the app's lifespan runs")
         scope = {**scope, "state": {**scope.get("state", {}), "om_tenant": tenant}}
         await self.manager.handle_request(scope, receive, send)

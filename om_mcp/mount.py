@@ -3,6 +3,7 @@ there saying how to install it. Imports nothing of the SDK itself, so the API ru
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 
 from fastapi import FastAPI
@@ -32,15 +33,16 @@ class NotInstalled:
         await response(scope, receive, send)
 
 
-def mount_mcp(app: FastAPI) -> AbstractAsyncContextManager[None]:
-    """Route ``/mcp`` and return what the app's lifespan must enter for the endpoint to serve."""
+def mount_mcp(app: FastAPI) -> Callable[[], AbstractAsyncContextManager[None]]:
+    """Route ``/mcp``; what it returns makes the context the app's lifespan enters for the endpoint to
+    serve (once per lifespan)."""
     try:
         from om_mcp.http import McpEndpoint
     except ImportError as error:
         if not sdk_missing(error):
             raise
         app.router.routes.append(Route(MCP_PATH, NotInstalled(), include_in_schema=False))
-        return nullcontext()
+        return nullcontext
     endpoint = McpEndpoint(app.state.settings)
     app.router.routes.append(Route(MCP_PATH, endpoint, include_in_schema=False))
-    return endpoint.running()
+    return endpoint.running

@@ -79,7 +79,7 @@ class Call:
                 f"name the thread: pass `thread`, or set the {THREAD_HEADER} header once for the "
                 "connection (om mcp --thread)",
             )
-        return checked_id(named, THREAD_HEADER)
+        return checked_id(named, "thread" if self.arguments.get("thread") else THREAD_HEADER)
 
     @property
     def resource(self) -> str | None:

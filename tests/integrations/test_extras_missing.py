@@ -19,7 +19,9 @@ HIDE = "import sys\nfor name in {names!r}:\n    sys.modules[name] = None\n"
 
 
 def test_the_api_answers_501_on_mcp_without_the_sdk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "mcp", None)
+    # the SDK's modules this process already imported (another test's) are hidden with it
+    for name in ["mcp", *(n for n in sys.modules if n.startswith("mcp."))]:
+        monkeypatch.setitem(sys.modules, name, None)
     for loaded in [name for name in sys.modules if name.startswith("om_mcp.") and name != "om_mcp.mount"]:
         monkeypatch.delitem(sys.modules, loaded)
     url = f"sqlite:///{tmp_path / 'om.sqlite3'}"

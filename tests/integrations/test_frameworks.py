@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -75,12 +74,8 @@ def assert_stored_once(messages: list[dict[str, Any]], user_turns: list[str]) ->
     assert [texts(m) for m in messages if m["role"] == "user"] == user_turns
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _no_tracing() -> Iterator[None]:
-    # the Agents SDK would export traces to OpenAI's servers
-    set_tracing_disabled(True)
-    yield
-    set_tracing_disabled(False)
+# the Agents SDK would export its traces to OpenAI's servers
+set_tracing_disabled(True)
 
 
 @function_tool

@@ -182,6 +182,23 @@ def test_bad_arguments_are_refused_by_the_schemas_and_the_service_errors_keep_th
     run(scenario)
 
 
+def test_a_client_of_the_stateless_protocol_era_is_served_too(om: Server, seeded: str) -> None:
+    """A 2026-07-28 client discovers the server (``server/discover``) instead of the handshake."""
+
+    async def scenario() -> None:
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY_A}"}) as http,
+            streamable_http_client(f"{om.url}/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as mcp,
+        ):
+            await mcp.discover()
+            assert mcp.protocol_version not in (None, "2025-11-25")
+            observed = structured(await mcp.call_tool("get_observations", {"thread": seeded}))
+            assert "Dana" in observed["observations"]
+
+    run(scenario)
+
+
 def test_a_wrong_key_is_refused(om: Server) -> None:
     answer = httpx.post(
         f"{om.url}/mcp",

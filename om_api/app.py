@@ -25,6 +25,7 @@ from om_api.routes import chat, profiles, system, threads
 from om_core.application.deps import Deps
 from om_core.bootstrap import check_profile_keys, check_thread_models
 from om_core.settings import ServerSettings
+from om_mcp.mount import mount_mcp
 
 log = logging.getLogger("om_api")
 
@@ -166,7 +167,8 @@ def create_app(
                 "Allowed only because the server binds to the loopback host %s.",
                 settings.host,
             )
-        yield
+        async with mcp_serving():
+            yield
         for stop in owned:
             stop()
 
@@ -196,6 +198,8 @@ def create_app(
     app.include_router(system.router)
     app.include_router(chat.router)
     app.include_router(profiles.router)
+    # the MCP endpoint (om_mcp), or an answer saying how to install it
+    mcp_serving = mount_mcp(app)
     app.add_middleware(RequestLimits, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app

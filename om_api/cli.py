@@ -243,10 +243,12 @@ def replay(
 def _register_entry_points() -> None:
     # the server and worker verbs live with their entry points; they import this module's app lazily
     from om_api.commands import register as register_api_commands
+    from om_mcp.commands import register as register_mcp_commands
     from om_workers.commands import register as register_worker_commands
 
     register_worker_commands(app)
     register_api_commands(app)
+    register_mcp_commands(app)
 
 
 _register_entry_points()

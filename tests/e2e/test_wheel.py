@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -126,7 +127,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Install:
 
 def test_the_wheel_carries_every_module_and_the_migrations(installed: Install) -> None:
     names = set(zipfile.ZipFile(installed.wheel).namelist())
-    for package in ("om_core", "om_api", "om_workers"):
+    for package in ("om_core", "om_api", "om_workers", "om_mcp", "om_integrations"):
         for module in (ROOT / package).rglob("*.py"):
             assert module.relative_to(ROOT).as_posix() in names
     migrations = {p.relative_to(ROOT / "alembic").as_posix() for p in (ROOT / "alembic").rglob("*.*")}
@@ -137,6 +138,51 @@ def test_the_wheel_carries_every_module_and_the_migrations(installed: Install) -
     assert not any(name.startswith("alembic/") for name in names)
     # what supports the tests and benchmarks stays in the checkout
     assert not any(name.startswith(("testing/", "tests/", "bench/")) for name in names)
+
+
+# What every install pulls in. An integration's packages are an extra's (mcp, openai-agents, langchain),
+# never these: a new name here is a decision for the core install, to be made on purpose.
+CORE_REQUIREMENTS = {
+    "alembic",
+    "celery",
+    "fastapi",
+    "flower",
+    "httpx",
+    "jsonschema",
+    "kombu",
+    "litellm",
+    "orjson",
+    "prometheus-client",
+    "psycopg",
+    "pydantic",
+    "pydantic-settings",
+    "pyyaml",
+    "redis",
+    "rich",
+    "sqlalchemy",
+    "tiktoken",
+    "typer",
+    "uvicorn",
+}
+INTEGRATION_EXTRAS = {"mcp": {"mcp"}, "openai-agents": {"openai-agents"}, "langchain": {"langchain"}}
+
+
+def _requirement_name(line: str) -> str:
+    return re.split(r"[\s\[<>=!~;(]", line, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_the_core_requirements_are_unchanged_and_the_integrations_are_extras(installed: Install) -> None:
+    with zipfile.ZipFile(installed.wheel) as wheel:
+        (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+        lines = [
+            line.removeprefix("Requires-Dist:").strip()
+            for line in wheel.read(metadata).decode().splitlines()
+            if line.startswith("Requires-Dist:")
+        ]
+    core = {_requirement_name(line) for line in lines if "extra ==" not in line}
+    assert core == CORE_REQUIREMENTS
+    for extra, names in INTEGRATION_EXTRAS.items():
+        assert {_requirement_name(line) for line in lines if f'extra == "{extra}"' in line} == names
 
 
 def test_om_and_its_migrations_come_from_the_virtualenv_not_the_checkout(installed: Install) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("om_core", "om_api", "om_workers")
+PACKAGES = ("om_core", "om_api", "om_workers", "om_mcp", "om_integrations")
 
 Kind = Literal["module", "function", "type-checking"]
 

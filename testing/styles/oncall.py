@@ -338,7 +338,7 @@ VOCABULARY = Vocabulary(
             {"host": "db-1"},
             lambda r: f"{r.randint(81, 99)}%",
             _disk,
-            ("postgresql",),
+            ("pgsql",),
             "medium",
         ),
     ),

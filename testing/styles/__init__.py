@@ -9,12 +9,23 @@ are held out for published figures and read differently (see ``compose``).
 
 from __future__ import annotations
 
-from testing.styles import household, moving, oncall, project, trip
+from testing.styles import health, household, jobsearch, moving, oncall, project, trip, wedding
 from testing.styles.compose import HELDOUT_FIRST_SEED, Conversation, StyleDef, message_text
 from testing.styles.facts import CATEGORIES, Fact, SearchText, fact_in, superseded_in
 
+# the five styles of issue 20, then others
 STYLES: dict[str, StyleDef] = {
-    s.name: s for s in (trip.STYLE, household.STYLE, oncall.STYLE, moving.STYLE, project.STYLE)
+    s.name: s
+    for s in (
+        trip.STYLE,
+        household.STYLE,
+        oncall.STYLE,
+        moving.STYLE,
+        project.STYLE,
+        health.STYLE,
+        jobsearch.STYLE,
+        wedding.STYLE,
+    )
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from testing.styles.compose import (
+    CITIES,
     Builder,
     Cell,
     Event,
@@ -245,10 +246,10 @@ VOCABULARY = Vocabulary(
         Said(
             "neighbour-plants",
             (
-                "{name} next door waters the plants while we're in {v}.",
-                "{name} from number 12 has our spare key until {v}.",
+                "{name} next door waters the plants while we're away in {v}.",
+                "{name} from number 12 feeds the cat while we're in {v}.",
             ),
-            lambda r: r.choice(("Porto", "Ghent", "August", "Sunday", "the holidays")),
+            lambda r: r.choice(CITIES),
             "medium",
             True,
         ),

@@ -286,8 +286,11 @@ VOCABULARY = Vocabulary(
         ),
         Said(
             "landlord",
-            ("{name} is our new landlord, she lives in {v}.", "{name}, the landlord, only answers on {v}."),
-            lambda r: r.choice(("WhatsApp", "Line", "email", "the ground floor", "Lyon")),
+            (
+                "{name} is our new landlord, she only answers on {v}.",
+                "{name}, the landlord, wants everything by {v}.",
+            ),
+            lambda r: r.choice(("WhatsApp", "Line", "email", "Signal", "text message")),
             "medium",
             True,
         ),

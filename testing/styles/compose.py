@@ -18,7 +18,7 @@ import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeVar
 
 from testing.styles.dates import PHRASES
@@ -278,6 +278,8 @@ class Builder:
             first = body.split(" ", 1)[0]
             if first.casefold() in _COMMON_STARTS:
                 body = body[0].lower() + body[1:]
+        if body.endswith(".") and self.chance(0.3):
+            body = body[:-1] + self.choose(_CLAUSES) + "."
         tail = self.choose(_TAILS) if self.chance(0.3) else ""
         if tail and body.endswith("."):
             body = body[:-1] + tail
@@ -315,6 +317,14 @@ _TAILS = (
     " — just so you know.", ", in case that matters.", ", fyi.", " (writing it here so I don't forget).",
     ", if that helps.", ", for what it's worth.", " — keep that in mind please.", ", just noting it.",
     " (that one's important).", ", anyway.",
+)  # fmt: skip
+# what people add to a fact they state: why, how it went, how they feel about it
+_CLAUSES = (
+    ", after a lot of back and forth", ", which took ages to sort out", " — finally", ", my partner found it",
+    ", because the other option fell through", ", at least for now", ", which I'm quite happy about",
+    " (long story)", ", as far as I know", ", thanks to a friend's tip", ", believe it or not",
+    ", if nothing changes", " after comparing about five options", ", which surprised me",
+    ", on the advice of a colleague", ", as we discussed last week", ", no drama this time",
 )  # fmt: skip
 _ACKS = (
     "Noted.", "Got it.", "Thanks, good to know.", "Okay, I'll keep that in mind.", "Understood.",
@@ -377,9 +387,10 @@ _ASSISTANT_GENERIC = (
 
 def life_line(b: Builder) -> str:
     """A sentence about the user's day: composed, so it rarely repeats."""
-    subject = b.rng.choice(_LIFE_SUBJECTS)
-    text = f"{b.rng.choice(_OPENERS)}{subject} {b.rng.choice(_LIFE_PREDICATES)} {b.rng.choice(_LIFE_WHEN)}"
-    text += b.rng.choice(_LIFE_TAILS)
+    opener = b.choose(_OPENERS)
+    subject = cap(b.choose(_LIFE_SUBJECTS)) if opener.endswith(". ") else b.choose(_LIFE_SUBJECTS)
+    text = f"{opener}{subject} {b.choose(_LIFE_PREDICATES)} {b.choose(_LIFE_WHEN)}"
+    text += b.choose(_LIFE_TAILS)
     return cap(text) + "."
 
 
@@ -390,41 +401,60 @@ class Talk:
     questions: tuple[str, ...]
     advice: tuple[str, ...]
     asides: tuple[str, ...] = ()
+    # noun phrases the user asks about in composed questions ("Any tips for {topic}?")
+    topics: tuple[str, ...] = ()
     # the assistant's tool work during small talk (no planted fact in it); None: no tools in this style
     tool_turn: Callable[[Builder], list[dict[str, Any]]] | None = None
+
+
+_TOPIC_QUESTIONS = (
+    "Any tips for {t}?", "How do people usually handle {t}?",
+    "What's the least stressful way to deal with {t}?", "Can you explain {t} like I'm five?",
+    "What am I forgetting about {t}?", "Is it normal to worry about {t}?",
+    "What would you do about {t}?", "Quick sanity check on {t}?", "How much time should {t} take?",
+    "What's a common mistake with {t}?", "Where do I even start with {t}?", "Any good checklist for {t}?",
+)  # fmt: skip
+
+
+def question(b: Builder, talk: Talk) -> str:
+    """A question of the style: one of its own, or a frame about one of its topics."""
+    if talk.topics and b.chance(0.45):
+        return b.choose(_TOPIC_QUESTIONS).format(t=b.choose(talk.topics))
+    return b.choose(talk.questions)
 
 
 def chatter(b: Builder, talk: Talk) -> str:
     roll = b.rng.random()
     if roll < 0.18:
-        return b.rng.choice(_USER_ACKS)
+        return b.choose(_USER_ACKS)
     pieces: list[str] = []
     if b.chance(0.1):
-        pieces.append(b.rng.choice(_GREETINGS))
+        pieces.append(b.choose(_GREETINGS))
     if b.chance(0.4):
         pieces.append(life_line(b))
     if talk.asides and b.chance(0.35):
-        pieces.append(b.rng.choice(talk.asides))
+        pieces.append(b.choose(talk.asides))
     if roll < 0.26 and b.messages:
-        pieces.append("Asking again, sorry: " + b.rng.choice(talk.questions))
+        pieces.append(
+            b.choose(("Asking again, sorry: ", "Back to this: ", "Still wondering: ")) + question(b, talk)
+        )
     else:
-        pieces.append(b.rng.choice(talk.questions))
+        pieces.append(question(b, talk))
     if b.chance(0.2):
         pieces.append(life_line(b))
     return " ".join(pieces)
 
 
 def advice(b: Builder, talk: Talk, sentences: tuple[int, int] = (1, 4)) -> str:
-    lines = [b.rng.choice(_ASSISTANT_OPENERS)]
-    pool = list(talk.advice) + list(_ASSISTANT_GENERIC)
-    b.rng.shuffle(pool)
+    lines = [b.choose(_ASSISTANT_OPENERS)]
+    pool = list(dict.fromkeys(b.choose(talk.advice + _ASSISTANT_GENERIC) for _ in range(sentences[1])))
     count = b.rng.randint(*sentences)
     if b.chance(0.25):
         lines.append("\n".join(f"- {line}" for line in pool[:count]))
     else:
         lines += pool[:count]
     if b.chance(0.3):
-        lines.append(b.rng.choice(("Want me to go into more detail?", "Does that help?", "Anything else?")))
+        lines.append(b.choose(("Want me to go into more detail?", "Does that help?", "Anything else?")))
     return " ".join(lines)
 
 
@@ -432,7 +462,10 @@ def small_talk(b: Builder, talk: Talk) -> None:
     """One exchange of small talk: a user message (sometimes two) and the assistant's answer."""
     b.user(chatter(b, talk))
     if b.chance(0.08):
-        b.user(b.rng.choice(("oh and", "also", "sorry, one more:")) + " " + b.rng.choice(talk.questions))
+        follow = question(b, talk)
+        if not follow.startswith("I "):
+            follow = follow[0].lower() + follow[1:]
+        b.user(b.choose(("oh and", "also", "sorry, one more:")) + " " + follow)
     if talk.tool_turn is not None and b.chance(0.3):
         b.assistant(
             b.rng.choice(("Let me check.", "One moment.", "Checking.")), talk.tool_turn(b), advice(b, talk)
@@ -490,6 +523,24 @@ def statement(b: Builder, slot: Slot, talk: Talk, category: str = "plain") -> Fa
     message = b.user(b.said_in_passing(sentence, lambda x: chatter(x, talk)))
     b.assistant(b.ack(advice(b, talk, (0, 2)) if b.chance(0.5) else ""))
     return b.plant(slot.key, category, slot.priority, [slot.part(value)], message, sentence)
+
+
+_JOINERS = (" Also, ", " And ", " Oh, and ", " — also, ", " Plus ", "\n\nSecond thing: ")
+
+
+def statement_pair(b: Builder, first: Slot, second: Slot, talk: Talk) -> None:
+    """Two values stated in one message."""
+    values = [b.fresh(first.draw), b.fresh(second.draw)]
+    sentences = [
+        cap(b.choose(slot.says).format(v=v)) for slot, v in zip((first, second), values, strict=True)
+    ]
+    follow = sentences[1]
+    if follow.split(" ", 1)[0].casefold() in _COMMON_STARTS:
+        follow = follow[0].lower() + follow[1:]
+    message = b.user(b.said_in_passing(sentences[0] + b.choose(_JOINERS) + follow))
+    b.assistant(b.ack(advice(b, talk, (0, 2))))
+    for slot, value, sentence in zip((first, second), values, sentences, strict=True):
+        b.plant(slot.key, "plain", slot.priority, [slot.part(value)], message, sentence)
 
 
 @dataclass(slots=True)
@@ -769,7 +820,7 @@ def paste_json(
     tool's result in the assistant's message rather than pasted by the user."""
     body = json.dumps(document, indent=b.rng.choice((2, 2, None)), ensure_ascii=False)
     if via_tool is not None:
-        b.user(b.rng.choice(talk.questions))
+        b.user(question(b, talk))
         message = b.assistant(
             b.rng.choice(("Let me pull that up.", "Checking.", "One sec.")),
             [b.tool(via_tool[0], via_tool[1], body)],
@@ -813,6 +864,56 @@ def relative_date(b: Builder, event: Event, talk: Talk) -> None:
     b.assistant(b.ack(advice(b, talk, (0, 2))))
     b.plant(
         event.key, "relative-date", event.priority, [date_part(day)], message, phrase, language=event.language
+    )
+
+
+_DATE_CORRECTION_LEADS = (
+    "Change of plan — ", "Update: it moved, ", "Scratch the earlier date: ", "They rescheduled, so ",
+    "New date: ",
+    "Ugh, postponed: ", "Small change, ", "Correction on the date: ", "Moved again! ", "FYI it got pushed: ",
+)  # fmt: skip
+
+
+@dataclass(slots=True)
+class PendingDate:
+    """A relative date said first, which a later message moves."""
+
+    event: Event
+    day: date | None = None
+    message_id: str = ""
+
+
+def first_date(b: Builder, pending: PendingDate, talk: Talk) -> None:
+    relative_date(b, pending.event, talk)
+    fact = b.facts.pop()
+    pending.day, pending.message_id = date.fromisoformat(fact.parts[0].shown), fact.message_id
+
+
+def date_correction(b: Builder, pending: PendingDate, talk: Talk) -> None:
+    event = pending.event
+    when = b.advance_for_user()
+    phrase, day = b.choose(PHRASES[event.language])(b.rng, when.date())
+    for _ in range(20):
+        if day != pending.day:
+            break
+        phrase, day = b.choose(PHRASES[event.language])(b.rng, when.date())
+    sentence = b.choose(event.says).format(when=phrase)
+    lead = b.choose(_DATE_CORRECTION_LEADS)
+    if event.language != "en" or sentence.split(" ", 1)[0].casefold() not in _COMMON_STARTS:
+        sentence = cap(sentence)
+    message = b.user(lead + sentence, when=when)
+    b.assistant(b.choose(_CORRECTION_ACKS).format(v="the new date") + " " + advice(b, talk, (0, 1)))
+    assert pending.day is not None
+    b.plant(
+        event.key,
+        "correction",
+        event.priority,
+        [date_part(day)],
+        message,
+        phrase,
+        superseded=(date_part(pending.day),),
+        first_message_id=pending.message_id,
+        language=event.language,
     )
 
 
@@ -937,7 +1038,7 @@ class ToolReading:
 
 
 def tool_reading(b: Builder, reading: ToolReading, talk: Talk) -> None:
-    b.user(b.said_in_passing(cap(b.rng.choice(talk.questions))))
+    b.user(b.said_in_passing(cap(question(b, talk))))
     value = b.fresh(reading.draw)
     output = reading.render(b.rng, value)
     message = b.assistant(
@@ -966,6 +1067,7 @@ class Episode:
     category: str
     run: Callable[[Builder], None]
     after: Episode | None = None
+    facts: int = 1
 
 
 def build(
@@ -1034,7 +1136,7 @@ def _choose_episodes(b: Builder, pool: list[Episode], wanted: int) -> list[Episo
         out.append(episode)
         if episode.after is not None:
             out.append(episode.after)
-        planted += 2 if episode.category == "apposition" else 1
+        planted += episode.facts
     return out
 
 
@@ -1065,6 +1167,7 @@ def slot_episodes(
     b.rng.shuffle(order)
     offset = b.rng.randrange(len(categories))
     out: list[Episode] = []
+    plain_slots: dict[int, Slot] = {}
     for index, slot in enumerate(order):
         category = categories[(index + offset) % len(categories)]
         if not slot.offered and category not in ("plain", "correction"):
@@ -1075,6 +1178,17 @@ def slot_episodes(
             out.append(Episode("correction", lambda b, p=pending: correction(b, p, talk), after=first))
         elif category == "plain":
             out.append(Episode("plain", lambda b, s=slot: _plain(b, s, talk)))
+            waiting = [e for e in out if e.category == "plain" and e.facts == 1 and e is not out[-1]]
+            if waiting and b.chance(0.5):
+                # the two plain slots said in one message
+                out.remove(waiting[0])
+                out.pop()
+                other = plain_slots[id(waiting[0])]
+                out.append(
+                    Episode("plain", lambda b, s=slot, o=other: statement_pair(b, o, s, talk), facts=2)
+                )
+                continue
+            plain_slots[id(out[-1])] = slot
         elif category in ("confirmed-proposal", "question-proposal"):
             question = category == "question-proposal"
             out.append(Episode(category, lambda b, s=slot, q=question: proposal(b, s, talk, q)))
@@ -1134,9 +1248,14 @@ class Vocabulary:
 def vocabulary_episodes(b: Builder, vocabulary: Vocabulary, talk: Talk) -> list[Episode]:
     out = slot_episodes(b, vocabulary.slots, talk)
     out += [Episode(category, lambda x, run=run: run(x, talk)) for category, run in vocabulary.pastes]
-    out += [
-        Episode("relative-date", lambda x, e=event: relative_date(x, e, talk)) for event in vocabulary.events
-    ]
+    events = list(vocabulary.events)
+    b.rng.shuffle(events)
+    if events and b.chance(0.6):
+        # one event is said, then moved later: a correction whose values are dates
+        moved = PendingDate(events.pop())
+        said = Episode("first-statement", lambda x, p=moved: first_date(x, p, talk))
+        out.append(Episode("correction", lambda x, p=moved: date_correction(x, p, talk), after=said))
+    out += [Episode("relative-date", lambda x, e=event: relative_date(x, e, talk)) for event in events]
     out += [
         Episode("third-person", lambda x, s=said: said_fact(x, s, "third-person", talk))
         for said in vocabulary.third_person
@@ -1154,7 +1273,7 @@ def vocabulary_episodes(b: Builder, vocabulary: Vocabulary, talk: Talk) -> list[
     relations = list(vocabulary.relations)
     b.rng.shuffle(relations)
     out += [
-        Episode("apposition", lambda x, r=relation: apposition(x, talk, r))
+        Episode("apposition", lambda x, r=relation: apposition(x, talk, r), facts=2)
         for relation in relations[: vocabulary.appositions]
     ]
     return out

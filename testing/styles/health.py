@@ -310,6 +310,15 @@ TALK = Talk(
         "My partner has been great about it.",
         "I'm a bit scared, honestly.",
     ),
+    topics=(
+        "the new medication",
+        "the waiting list",
+        "sleep",
+        "the physio exercises",
+        "telling work",
+        "the symptom diary",
+        "fasting before the test",
+    ),
 )
 
 STYLE = style("health", "a health journey: appointments, medication, results, referrals", TALK, VOCABULARY)

@@ -335,6 +335,15 @@ TALK = Talk(
         "We're all a bit sick this week.",
         "The washing pile is winning.",
     ),
+    topics=(
+        "the morning routine",
+        "meal planning",
+        "the school run",
+        "splitting chores",
+        "the energy bill",
+        "screen time",
+        "the damp in the bathroom",
+    ),
 )
 
 STYLE = style(

@@ -279,6 +279,15 @@ TALK = Talk(
         "LinkedIn is a strange place.",
         "I had three coffees before that call.",
     ),
+    topics=(
+        "the take-home",
+        "salary negotiation",
+        "the notice period",
+        "cover letters",
+        "references",
+        "the recruiter call",
+        "rejections",
+    ),
 )
 
 STYLE = style(

@@ -371,6 +371,15 @@ TALK = Talk(
         "The cat knows something is up.",
         "Ten tabs of visa forums open.",
     ),
+    topics=(
+        "the residence permit",
+        "shipping the piano",
+        "finding a flat remotely",
+        "the language course",
+        "closing old accounts",
+        "school enrolment",
+        "pet import rules",
+    ),
 )
 
 STYLE = style("moving", "moving abroad: visa, flat, movers, registration, two currencies", TALK, VOCABULARY)

@@ -375,6 +375,15 @@ TALK = Talk(
         "My pager app crashed, lol.",
     ),
     tool_turn=_tool_noise,
+    topics=(
+        "the rollback",
+        "alert fatigue",
+        "the status page",
+        "a noisy neighbour node",
+        "the incident timeline",
+        "paging the DBA",
+        "connection pool exhaustion",
+    ),
 )
 
 STYLE = style(

@@ -323,6 +323,15 @@ TALK = Talk(
         "Standup ran 40 minutes today, ugh.",
     ),
     tool_turn=_ci_noise,
+    topics=(
+        "scope creep",
+        "the release plan",
+        "code review turnaround",
+        "flaky tests",
+        "the client update",
+        "tech debt",
+        "estimating the search feature",
+    ),
 )
 
 STYLE = style(

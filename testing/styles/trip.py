@@ -389,6 +389,15 @@ TALK = Talk(
         "I keep checking the weather app.",
         "We haven't had a proper holiday in two years.",
     ),
+    topics=(
+        "the visa on arrival",
+        "packing light",
+        "airport transfers",
+        "travel insurance",
+        "jet lag",
+        "booking trains abroad",
+        "eating out with kids",
+    ),
 )
 
 STYLE = style("trip", "planning a trip: flights, hotels, a budget, bookings, an itinerary", TALK, VOCABULARY)

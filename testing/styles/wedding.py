@@ -267,6 +267,15 @@ TALK = Talk(
         "We argued about the playlist for an hour.",
         "Only 200 days to go!",
     ),
+    topics=(
+        "the seating plan",
+        "the guest list",
+        "the speeches",
+        "the budget",
+        "the dress",
+        "the rain plan",
+        "the playlist",
+    ),
 )
 
 STYLE = style("wedding", "planning a wedding: venue, suppliers, guests, timings of the day", TALK, VOCABULARY)

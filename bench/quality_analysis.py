@@ -115,20 +115,26 @@ def _content(line: str) -> str | None:
     return match.group(1) + normalise(rest)
 
 
+def _words(text: str) -> set[str]:
+    return {w for w in text.split() if len(w) >= 3 and w not in _STOPWORDS}
+
+
 def _red_dropped(before: str, after: str) -> int:
-    """🔴 lines of ``before`` absent from ``after`` when a 🟡/🟢 line of ``before`` survived in it."""
-    kept = " " + normalise(after) + " "
+    """🔴 lines of ``before`` absent from ``after`` when a 🟡/🟢 line of ``before`` survived in it. A line
+    the reflection shortened or merged survives: one line of ``after`` holds half its words or more."""
+    kept = [_words(normalise(line)) for line in after.split("\n")]
     reds: list[str] = []
     lower_survived = False
     for line in before.split("\n"):
         content = _content(line)
         if content is None or len(content) < 6:
             continue
-        marker, words = content[0], content[1:]
-        present = f" {words} " in kept
+        marker, words = content[0], _words(content[1:])
+        need = max(1, (len(words) + 1) // 2)
+        present = bool(words) and any(len(words & other) >= need for other in kept)
         if marker == "🔴":
             if not present:
-                reds.append(words)
+                reds.append(content)
         elif marker in ("🟡", "🟢") and present:
             lower_survived = True
     return len(reds) if lower_survived else 0

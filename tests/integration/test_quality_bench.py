@@ -106,3 +106,8 @@ def test_a_reflection_dropping_a_red_line_while_a_lower_one_survives_is_counted(
     assert _red_dropped(before, "* 🟡 User watched a TV show\n* 🔴 User lives in Ghent") == 1
     assert _red_dropped(before, "* 🔴 User lives in Ghent") == 0
     assert _red_dropped(before, before) == 0
+    # shortened by the reflection is not dropped
+    assert (
+        _red_dropped(before, "* 🟡 User watched a TV show\n* 🔴 Allergic to tree nuts\n* 🔴 Lives in Ghent")
+        == 0
+    )

@@ -297,7 +297,8 @@ class Builder:
 
 
 def _casual(text: str) -> str:
-    if text[:1].isupper() and text[1:2].islower() and not text.startswith("I "):
+    # a casual writer lowercases the first word, but not a name
+    if text.split(" ", 1)[0].casefold().strip(",.:!?—") in _CASUAL_STARTS:
         text = text[0].lower() + text[1:]
     if text.endswith(".") and "\n" not in text:
         text = text[:-1]
@@ -308,6 +309,51 @@ def cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+_CASUAL_STARTS = _COMMON_STARTS | set(
+    [
+        "oh",
+        "quick",
+        "before",
+        "also",
+        "one",
+        "ok",
+        "right",
+        "btw",
+        "just",
+        "side",
+        "meant",
+        "for",
+        "not",
+        "ah",
+        "another",
+        "random",
+        "here's",
+        "pasting",
+        "this",
+        "dumping",
+        "found",
+        "sorry",
+        "honestly",
+        "ugh",
+        "anyway",
+        "well",
+        "funny",
+        "hm",
+        "hmm",
+        "thanks",
+        "great",
+        "perfect",
+        "got",
+        "nice",
+        "brilliant",
+        "fair",
+        "hey",
+        "hello",
+        "morning",
+        "evening",
+        "back",
+    ]
+)
 _LEADS = (
     "Oh and ", "By the way, ", "Quick note: ", "Before I forget — ", "Also, ", "One more thing: ",
     "FYI ", "Random, but ", "Ok so ", "Right, ", "Btw ", "Just remembered: ", "Side note: ",
@@ -505,7 +551,7 @@ _CORRECTIONS = (
     "Ugh, {noun} moved again. New one is {v}.",
     "Forget {old} — {noun} is {v} now.",
     "Change of plan for {noun}: {v} instead of {old}.",
-    "Correction to earlier: not {old}. {v}.",
+    "Correction to earlier: not {old}, it's {v}.",
     "{Noun} is now {v}, not {old} anymore.",
     "Heads up, {noun} got changed to {v}.",
     "Turns out {old} was wrong, {noun} is actually {v}.",
@@ -654,9 +700,7 @@ def proposal(b: Builder, slot: Slot, talk: Talk, question: bool) -> None:
         v=value, d=_detail(b, slot), noun=slot.noun, reason=reason, Reason=cap(reason)
     )
     if rejected:
-        offer = (
-            b.rng.choice(("Fair enough. ", "Okay, then: ", "Understood. In that case ", "Alright — ")) + offer
-        )
+        offer = b.rng.choice(("Fair enough. ", "Okay, then. ", "Understood. ", "Alright. ")) + offer
     said = b.assistant(offer)
     confirmed = b.user(b.choose(_QUESTION_CONFIRMS if question else _CONFIRMS))
     closing = b.choose(_AFTER_CONFIRM).format(v=value) if b.chance(0.3) else b.choose(_ACKS)
@@ -855,11 +899,14 @@ def relative_date(b: Builder, event: Event, talk: Talk) -> None:
     when = b.advance_for_user()
     phrase, day = b.choose(PHRASES[event.language])(b.rng, when.date())
     sentence = b.choose(event.says).format(when=phrase)
-    sentence = cap(sentence)
-    text = sentence
+    text = cap(sentence)
     if event.language == "en":
         frame = b.choose(_DATE_FRAMES)
-        text = frame.format(s=sentence) if frame != "{s}" else b.said_in_passing(sentence)
+        # an English event starts in lowercase; only a frame that opens with it capitalises it
+        if frame == "{s}":
+            text = b.said_in_passing(text)
+        else:
+            text = frame.format(s=text if frame.startswith("{s}") else sentence)
     message = b.user(text, when=when)
     b.assistant(b.ack(advice(b, talk, (0, 2))))
     b.plant(

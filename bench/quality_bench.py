@@ -513,8 +513,18 @@ def _engine(database_url: str | None) -> Iterator[tuple[Deps, Any]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="om bench quality", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--suite", choices=("styles", "legacy"), default="styles", help="(styles)")
-    parser.add_argument("--seeds", choices=("dev", "heldout"), default="dev", help="styles suite: (dev)")
+    parser.add_argument(
+        "--suite",
+        choices=("styles", "legacy"),
+        default="styles",
+        help="testing/styles (default) or generator.py",
+    )
+    parser.add_argument(
+        "--seeds",
+        choices=("dev", "heldout"),
+        default="dev",
+        help="styles suite: development (default) or held out",
+    )
     parser.add_argument("--first-seed", type=int, default=None, help="styles suite: the first seed")
     parser.add_argument("--conversations", type=int, default=None, help="per style (styles 3, legacy 5)")
     parser.add_argument(

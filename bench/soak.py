@@ -290,10 +290,10 @@ def _work_running(status: dict[str, Any] | None) -> bool:
 
 @dataclass(frozen=True)
 class WorkerDeath:
-    """A worker killed by the soak, when, and the records whose cycles it held then (by their leases)."""
+    """A worker killed by the soak, when, and the cycles it held then (stream, cycle; by their leases)."""
 
     at: datetime
-    streams: frozenset[str]
+    cycles: frozenset[tuple[str, str]]
 
 
 @dataclass
@@ -567,36 +567,36 @@ class Faults:
             ).rowcount
         self._count("outbox_republish", int(changed))
 
-    def _held_by(self, worker: CeleryProcess, *, buffering: bool = False) -> frozenset[str]:
-        """The records whose cycles ``worker`` holds now (its leases; a holder is host/pid/token)."""
-        pids = worker.pids()
+    def _held_by(self, pids: set[int], *, buffering: bool = False) -> frozenset[tuple[str, str]]:
+        """The cycles the processes ``pids`` hold now, by their leases (a holder is host/pid/token)."""
         with self.store.engine.connect() as conn:
             rows = conn.execute(sa.select(leases.c.key, leases.c.stream_id, leases.c.holder)).all()
         return frozenset(
-            row.stream_id
+            (row.stream_id, row.key.removeprefix(f"{row.stream_id}:"))
             for row in rows
             if _holder_pid(row.holder) in pids and (not buffering or ":buffer-obs-" in row.key)
         )
 
-    def _died(self, worker: CeleryProcess, held: frozenset[str]) -> None:
+    def _died(self, held: frozenset[tuple[str, str]]) -> None:
         with self.outcome.lock:
             self.outcome.deaths.append(WorkerDeath(datetime.now(UTC), held))
 
     def crash_worker_with_broker(self) -> None:
-        """SIGKILL the second worker while it runs a background observation, and at once shut Redis down
-        without saving (the unacknowledged message goes with it); then start both again."""
+        """SIGKILL the second worker as soon as it takes a background observation (inside its model call),
+        and at once shut Redis down without saving: the unacknowledged message goes with it. Then start
+        both again. Whether the cycle was really cut short is read from its outcome afterwards."""
         worker = self.workers[1]
-        deadline = time.monotonic() + 15
-        held = self._held_by(worker, buffering=True)
+        pids = worker.pids()
+        deadline = time.monotonic() + 20
+        held = self._held_by(pids, buffering=True)
         while not held and time.monotonic() < deadline:
-            time.sleep(0.02)
-            held = self._held_by(worker, buffering=True)
+            time.sleep(0.005)
+            held = self._held_by(pids, buffering=True)
         with self.supervisor.stopping(worker):
             worker.kill()
-            self._died(worker, held | self._held_by(worker))
+            self._died(held)
             self.broker.shutdown_nosave()
             self._count("worker_crash_with_broker_restart")
-            self._count("worker_crash_mid_cycle", int(bool(held)))
             time.sleep(1.0)
             self.broker.start()
             worker.start()
@@ -614,9 +614,9 @@ class Faults:
             if not busy:
                 time.sleep(0.02)
         with self.supervisor.stopping(worker):
-            held = self._held_by(worker)
+            held = self._held_by(worker.pids())
             worker.kill()
-            self._died(worker, held)
+            self._died(held)
             self._count("worker_sigkill")
             self._count("worker_sigkill_mid_task", int(busy))
             time.sleep(1.0)
@@ -646,12 +646,19 @@ _APPLIED = (
 def recovery_after_deaths(
     store: SqlEventStore, deaths: list[WorkerDeath], erased: set[str]
 ) -> dict[str, Any]:
-    """For each record a killed worker held a cycle of: seconds from the death to the record's next
-    applied background result. Records erased since are left out; one with no such result is unrecovered."""
+    """For each cycle a killed worker had not finished (it held its lease at the death, and no result of
+    it was applied before): seconds from the death to its record's next applied background result, the
+    cycle's own (another worker took it over) or the one asked for again. Records erased since are left
+    out; one with no such result is unrecovered."""
     seconds: list[float] = []
     unrecovered: list[str] = []
     for death in deaths:
-        for stream_id in sorted(death.streams - erased):
+        for stream_id, cycle_id in sorted(death.cycles):
+            if stream_id in erased:
+                continue
+            outcome = store.find_event(effect_event_id(stream_id, cycle_id, "outcome"))
+            if outcome is not None and outcome.event_type in _APPLIED and outcome.recorded_at <= death.at:
+                continue  # it finished before the kill
             after = [
                 e.recorded_at
                 for e in store.read_stream(stream_id)
@@ -660,11 +667,11 @@ def recovery_after_deaths(
             if after:
                 seconds.append((min(after) - death.at).total_seconds())
             else:
-                unrecovered.append(stream_id)
+                unrecovered.append(f"{stream_id} {cycle_id}")
     ordered = sorted(seconds)
     return {
         "deaths": len(deaths),
-        "records": len(ordered) + len(unrecovered),
+        "interrupted_cycles": len(ordered) + len(unrecovered),
         "p50": round(ordered[len(ordered) // 2], 1) if ordered else None,
         "max": round(ordered[-1], 1) if ordered else None,
         "unrecovered": unrecovered,
@@ -947,7 +954,6 @@ def run_soak(options: SoakOptions) -> dict[str, Any]:
         | {
             "pg_backends_terminated": outcome.faults["pg_backends_terminated"],
             "worker_sigkill_mid_task": outcome.faults["worker_sigkill_mid_task"],
-            "worker_crash_mid_cycle": outcome.faults["worker_crash_mid_cycle"],
             "not_injected": faults.errors,
         },
         "verify": verify,

@@ -56,14 +56,29 @@ def dead_on_this_host(holder: str) -> bool:
     pid_text = rest.partition("/")[0]
     if host != socket.gethostname() or not pid_text.isdigit() or holder == holder_id():
         return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        # this pid, another token: an earlier process that had this pid
+        return True
     try:
-        os.kill(int(pid_text), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
         return False
-    # the pid runs, but perhaps as another process: only this process's own token proves identity
-    return int(pid_text) == os.getpid()
+    return _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and waits to be reaped (a killed worker's child whose parent died too,
+    under an init that does not reap): it still answers a signal, but runs nothing."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            # the command name is in parentheses and may hold spaces; the state is the field after it
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("Z", "X")
 
 
 class LeaseKeeper:

@@ -28,6 +28,7 @@ from om_core.application.work import WorkOutcome, run_task
 from om_core.bootstrap import build_deps
 from om_core.domain.envelope import TaskRequest
 from testing.conversations import filler_message, memory_profile
+from testing.processes import wait_for
 
 TENANT = "t"
 
@@ -146,11 +147,22 @@ def test_a_live_holders_cycle_is_left_to_it_and_a_dead_local_holder_is_replaced_
     )
     dead = f"{holder_id().split('/')[0]}/{gone.stdout.strip()}/feedbeef"
     assert dead_on_this_host(dead)
+    # a child killed with its parent, never reaped: it answers a signal but runs nothing
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        wait_for(lambda: _state_of(zombie.pid) == "Z", 30, 0.05, what="the child to exit")
+        assert dead_on_this_host(f"{holder_id().split('/')[0]}/{zombie.pid}/feedbeef")
+    finally:
+        zombie.wait()
     assert not dead_on_this_host(holder_id())
     assert not dead_on_this_host("another-host/1/abcd")
     assert deps.leases.acquire_lease(key, stream, dead, 30) is None
     assert run_task(deps, "om.observe_buffer", stream, cycle) is WorkOutcome.COMPLETED
     assert not deps.leases.lapsed_leases()
+
+
+def _state_of(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def test_a_reader_waits_for_a_live_holder_and_takes_the_cycle_over_when_its_lease_lapses(

@@ -53,10 +53,10 @@ def test_short_soak_injects_every_fault_and_finds_no_violation(tmp_path: Path) -
     assert faults["not_injected"] == [], faults
     assert all(faults[kind] >= 1 for kind in FAULT_KINDS), faults
     assert faults["worker_sigkill_mid_task"] == 1, "the worker was killed while it ran a task"
-    assert faults["worker_crash_mid_cycle"] == 1, "the worker was killed while it held a background cycle"
-    # with the default lease: a record whose worker died resumes its background work within 60 s
+    # with the default lease: a record whose cycle a killed worker cut short resumes its background work
+    # within 60 s, whatever the broker lost
     recovery = report["recovery_after_worker_death_seconds"]
-    assert recovery["records"] >= 1 and recovery["unrecovered"] == [], recovery
+    assert recovery["interrupted_cycles"] >= 1 and recovery["unrecovered"] == [], recovery
     assert recovery["max"] <= 60, recovery
     assert report["threads"]["with_two_appenders"] >= 1
     assert report["messages"]["accepted"] > 0

@@ -108,7 +108,9 @@ def test_same_task_delivered_twice_has_one_effect(cluster_factory: Any) -> None:
     wait_for(both_ran, 45, 0.2, what="both deliveries to run")
     outcomes = a.log() + b.log()
     assert outcomes.count(f"{cycle}: completed") == 1
-    assert outcomes.count(f"{cycle}: duplicate") == 1
+    # the second delivery found the cycle done, or still held by the first worker's lease: either way it
+    # called no model and wrote nothing
+    assert outcomes.count(f"{cycle}: duplicate") + outcomes.count(f"{cycle}: busy") == 1
     assert len(completed_cycles(cluster, thread, cycle)) == 1
     stale = [e for e in cluster.events(thread, "ObservationBufferStale") if e.data["cycle_id"] == cycle]
     assert stale == []

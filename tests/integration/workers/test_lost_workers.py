@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from typing import Any
 
 import pytest
@@ -17,10 +16,16 @@ from testing.processes import RedisServer, free_port, wait_for
 
 from .conftest import Cluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
-# a short lease, so a test waits seconds for a lapse; the mechanism is the same at the default 30 s
-LEASES = {"OM_LEASE_SECONDS": "4", "OM_WORKER_RECOVER_INTERVAL": "1", "OM_WORKER_REQUEUE_AFTER": "5"}
+# a short lease, so a test waits seconds for a lapse (the mechanism is the same at the default 30 s), and the
+# stuck-cycle sweep out of reach: whatever takes the work back here is the lease
+LEASES = {
+    "OM_LEASE_SECONDS": "4",
+    "OM_WORKER_RECOVER_INTERVAL": "1",
+    "OM_WORKER_REQUEUE_AFTER": "5",
+    "OM_WORKER_STUCK_AFTER": "600",
+}
 
 
 def _cycle_events(cluster: Cluster, thread: str, cycle: str, *types: str) -> list[Any]:
@@ -58,7 +63,6 @@ def test_a_worker_killed_mid_cycle_with_the_broker_restarted_empty_is_taken_back
         doomed.kill()
         broker.shutdown_nosave()
         broker.start()
-        died = time.monotonic()
         assert not _cycle_events(cluster, thread, cycle, "ObservationBufferCompleted")
 
         cluster.worker("survivor", concurrency=2, env=env)
@@ -66,23 +70,21 @@ def test_a_worker_killed_mid_cycle_with_the_broker_restarted_empty_is_taken_back
 
         [lost] = wait_for(
             lambda: _cycle_events(cluster, thread, cycle, "ObservationBufferFailed"),
-            40,
+            120,
             0.2,
             what="the cycle of the dead worker to be taken back",
         )
+        # taken back by its lease, not by the stuck-cycle sweep (its reason would be "timeout")
         assert lost.data["reason"] == "worker_lost"
         assert lost.event_id == effect_event_id(cluster.stream(thread), cycle, "outcome")
         assert "stopped renewing its lease" in lost.data["error"]
         # its work is requested again in the same commit, and runs on the live worker
         again = wait_for(
             lambda: _next_completed_buffer(cluster, thread, lost.stream_version),
-            40,
+            120,
             0.2,
             what="the record's next background cycle to complete",
         )
-        recovered_in = time.monotonic() - died
-        # generous: the lease is 4 s; what matters is that it is not the stuck sweep's 60 s here (900 s)
-        assert recovered_in < 45, f"background work resumed only after {recovered_in:.0f}s"
         assert again.data["from_seq"] == lost_from_seq(cluster, thread, cycle)
         state = cluster.state(thread)
         assert state.buffer_in_flight is None or state.buffer_in_flight.cycle_id != cycle
@@ -116,9 +118,11 @@ def test_a_worker_stalled_past_its_lease_records_its_late_result_stale_with_its_
     try:
         cluster.worker("live", concurrency=1, env=env)
         cluster.beat(env=env)
+        # taken back: failed as worker_lost (and asked for again), or run to its end by the live worker
+        # when the broker hands it the stalled worker's message and finds the lease lapsed
         wait_for(
-            lambda: _cycle_events(cluster, thread, cycle, "ObservationBufferFailed"),
-            40,
+            lambda: cluster.deps.store.find_event(effect_event_id(cluster.stream(thread), cycle, "outcome")),
+            120,
             0.2,
             what="the stalled worker's cycle to be taken back",
         )
@@ -127,14 +131,16 @@ def test_a_worker_stalled_past_its_lease_records_its_late_result_stale_with_its_
     late_id = effect_event_id(cluster.stream(thread), cycle, "late")
     [late] = wait_for(
         lambda: [e for e in cluster.events(thread, "ObservationBufferStale") if e.event_id == late_id],
-        40,
+        120,
         0.2,
         what="the stalled worker's late result",
     )
     assert late.data["usage"]["calls"] >= 1, "what the discarded call cost is kept"
-    assert not _cycle_events(cluster, thread, cycle, "ObservationBufferCompleted"), "never applied"
-    state = cluster.state(thread)
-    assert cycle not in [c.cycle_id for c in state.chunks]
-    assert not any(cycle in segment.cycle_ids for segment in state.log)
-    assert state.stats.stale_results >= 1
+    # never applied: the cycle has one outcome, and it is not the stalled worker's
+    assert (
+        len(_cycle_events(cluster, thread, cycle, "ObservationBufferCompleted", "ObservationBufferFailed"))
+        == 1
+    )
+    assert f"{cycle}: completed" not in slow.log()
+    assert cluster.state(thread).stats.stale_results >= 1
     _folds_to_its_stored_state(cluster)

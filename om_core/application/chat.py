@@ -436,12 +436,30 @@ def _prepare_under_lease(
             return prepared
         holder = held.enter_context(held_lease(deps, prepared.lease_key, prepared.stream_id))
         if holder is None:
-            return prepared
+            if not _moved_on(deps, turn, prepared):
+                return prepared
+            # the first attempt stored its reply between our placing and our lease: place again
+            held.close()
+            continue
         held.close()
         while (current := deps.leases.live_holder(prepared.lease_key)) is not None and not dead_on_this_host(
             current
         ):
             time.sleep(_REPEAT_POLL_S)
+
+
+def _moved_on(deps: Deps, turn: ChatTurn, prepared: _Prepared) -> bool:
+    """Whether the thread holds a message after the one the reply would follow (or the keyed reply):
+    then the placement is out of date."""
+    if prepared.keyed_reply_id is not None:
+        return bool(deps.messages.messages_with_id([prepared.stream_id], prepared.keyed_reply_id))
+    last = deps.messages.messages_with_id([prepared.stream_id], prepared.last_id) if prepared.last_id else []
+    if not last:
+        return False
+    after = deps.messages.read_messages(
+        prepared.stream_id, thread_id=turn.thread_id, cursor=last[0].seq, limit=1
+    )
+    return bool(after)
 
 
 def _relay(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import functools
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -70,6 +71,8 @@ MESSAGE_APPENDED = "MessageAppended"
 
 # Bounded so that an IN list stays far below SQLite's and Postgres' parameter limits.
 _IN_CHUNK = 500
+# an erasure the database rolled back to break a deadlock is run again, this many times at most
+_ERASE_ATTEMPTS = 5
 
 json_dumps: Callable[[Any], str] = functools.partial(
     json.dumps, ensure_ascii=False, separators=(",", ":"), allow_nan=False
@@ -513,11 +516,25 @@ class SqlEventStore(
             sa.delete(indexed_groups).where(indexed_groups.c.stream_id == stream_id),
             sa.delete(leases).where(leases.c.stream_id == stream_id),
         ]
-        with _unavailable_on_connection_errors(), self._transaction() as conn:
-            removed = self._erase_events(conn, erase_events)
-            for statement in erase_derived:
-                conn.execute(statement)
-            return removed
+        for attempt in range(_ERASE_ATTEMPTS):
+            try:
+                with _unavailable_on_connection_errors(), self._transaction() as conn:
+                    removed = self._erase_events(conn, erase_events)
+                    for statement in erase_derived:
+                        conn.execute(statement)
+                    return removed
+            except StoreUnavailableError as error:
+                # the database chose this transaction as a deadlock's victim (it locks every event of the
+                # stream while appends lock their predecessors): it was rolled back whole, so run it again
+                if attempt + 1 == _ERASE_ATTEMPTS or not self._rolled_back_by_conflict(error.__cause__):
+                    raise
+                time.sleep(0.01 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _rolled_back_by_conflict(self, error: BaseException | None) -> bool:
+        """Whether ``error`` is the database undoing a transaction to break a deadlock or a serialisation
+        conflict (nothing was written; running it again is safe). Only Postgres does."""
+        return False
 
     @abc.abstractmethod
     def _erase_events(self, conn: Connection, erase_events: sa.Delete) -> int:

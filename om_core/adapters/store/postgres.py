@@ -110,6 +110,9 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
                         conn, violated, stream_id, new_events, expected.version, message_rows
                     ) from None
             rows = []
+        except psycopg.errors.TransactionRollback:
+            # a deadlock's victim (an erasure locks every event of the stream): lost like a race, re-read
+            rows = []
         if not rows:
             # the compare-and-set failed (no rows), or another writer took the next version or the event id
             raise self._lost_race(stream_id, new_events, expected.version) from None
@@ -153,7 +156,9 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
             if not cursor.connection.autocommit:
                 cursor.connection.commit()
             return rows
-        except psycopg.IntegrityError:
+        except (psycopg.IntegrityError, psycopg.errors.TransactionRollback):
+            # a constraint, or the database undoing the transaction to break a deadlock with an erasure:
+            # nothing was written, and the connection is fine
             raw.rollback()
             raise
         except (psycopg.OperationalError, psycopg.InterfaceError) as error:
@@ -378,6 +383,10 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
         return messages.c.search_tsv.op("@@")(tsquery), sa.func.ts_rank(messages.c.search_tsv, tsquery)
 
     # --- erasing -------------------------------------------------------------------------------------
+
+    def _rolled_back_by_conflict(self, error: BaseException | None) -> bool:
+        orig = getattr(error, "orig", None)
+        return isinstance(orig, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure)
 
     def _erase_events(self, conn: Connection, erase_events: sa.Delete) -> int:
         """In READ COMMITTED a DELETE sees only what had committed when it started, and an append in flight

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import sqlalchemy as sa
+
 from om_core.adapters.inline_dispatcher import InlineDispatcher
 from om_core.adapters.models.litellm_gateway import LiteLLMGateway, RetryPolicy
 from om_core.adapters.models.model_ids import KEYLESS_MODEL, check_model_credentials, missing_api_key
@@ -74,6 +76,10 @@ def prepare_database(database_url: str) -> None:
     raise SchemaNotMigratedError(revision, head)
 
 
+# how many times a start-up check of the database is tried when its connection fails
+_START_ATTEMPTS = 3
+
+
 def wait_for_schema(
     database_url: str, wait_seconds: float, say: Callable[[str], None], *, poll_seconds: float = 1.0
 ) -> None:
@@ -82,10 +88,18 @@ def wait_for_schema(
     it waits; past the wait, the schema's error is raised as without one."""
     deadline = time.monotonic() + wait_seconds
     said = False
+    dropped = 0
     while True:
         try:
             prepare_database(database_url)
             return
+        except sa.exc.OperationalError:
+            # a connection dropped under the check (a failover, a terminated backend) is tried again a
+            # few times; a database that stays unreachable is reported as such
+            dropped += 1
+            if dropped >= _START_ATTEMPTS:
+                raise
+            time.sleep(poll_seconds)
         except SchemaNotMigratedError as error:
             if time.monotonic() + poll_seconds > deadline:
                 raise

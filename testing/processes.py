@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import uvicorn
@@ -42,6 +43,16 @@ def wait_for(predicate: Callable[[], T | None], timeout: float, interval: float 
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+def suite_redis_url(variable: str, database: int) -> str:
+    """The Redis database a part of the suite flushes: ``variable`` when set, else database ``database`` of
+    the server ``OM_TEST_BROKER_URL`` names (docs/operations.md, Tests in CI)."""
+    given = os.environ.get(variable)
+    if given:
+        return given
+    broker = urlsplit(os.environ.get("OM_TEST_BROKER_URL") or "redis://127.0.0.1:6379/0")
+    return urlunsplit(broker._replace(path=f"/{database}"))
 
 
 def free_port() -> int:

@@ -175,10 +175,12 @@ def test_embedded_serve_needs_no_key_and_says_so_in_one_line(tmp_path: Path) -> 
         sent = httpx.post(f"{base}/v1/threads/t1/messages", json={"messages": [message]}, headers=headers)
         assert sent.status_code == 200, sent.text
     output = log.read_text()
-    assert [line for line in output.splitlines() if "om-local/extractive" in line] == [
-        "note: no OM_PROFILE: the embedded server uses the keyless local model om-local/extractive "
-        "(OM_PROFILE names a YAML/JSON profile to choose another)"
-    ]
+    (line,) = [line for line in output.splitlines() if "om-local/extractive" in line]
+    assert line == (
+        f"om serve: database sqlite:///{tmp_path / 'om.sqlite3'}; broker memory://localhost/ (an in-process "
+        "worker); no profile file (OM_PROFILE unset): profile default with the model om-local/extractive; "
+        f"auth by 1 OM_API_KEYS key (tenants acme), and keys made with `om keys create`; {base}"
+    )
     assert "alembic" not in output and "No hostname was supplied" not in output
 
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
-import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,11 +14,12 @@ from typing import Any
 import pytest
 
 from om_api.client import AsyncOMClient, OMClient, OMError
-from testing.processes import om_server
+
+from .conftest import SERVER_KEY as KEY
+from .conftest import SERVER_PROFILES
 
 pytestmark = pytest.mark.integration
 
-KEY = "client-key"
 # every (method, route) of the OpenAPI document, and the client method that calls it
 ROUTES = {
     ("GET", "/v1/threads"): "list_threads",
@@ -49,35 +49,21 @@ ROUTES = {
     ("GET", "/readyz"): "ready",
     ("GET", "/metrics"): "metrics",
 }
-PROFILES = {
-    "profiles": {
-        "default": {"model": "om-local/extractive"},
-        "support": {"model": "om-local/extractive", "observation": {"messageTokens": 900}},
-    }
-}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, Any]]]:
-    tmp = tmp_path_factory.mktemp("clients")
-    profile = tmp / "profiles.json"
-    profile.write_text(json.dumps(PROFILES))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OM_")}
-    env.update(
-        OM_DATABASE_URL=f"sqlite:///{tmp / 'om.sqlite3'}",
-        OM_PROFILE=str(profile),
-        OM_API_KEYS=f"{KEY}=acme",
-        LITELLM_LOCAL_MODEL_COST_MAP="True",
-    )
-    with om_server(["serve", "--embedded"], env, tmp / "serve.log") as base:
-        from om_api.app import create_app
-        from om_core.bootstrap import build_inline
-        from om_core.settings import ServerSettings
+def server(om_serve: tuple[str, dict[str, str]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The shared server, and the OpenAPI document of the app it runs."""
+    from om_api.app import create_app
+    from om_core.bootstrap import build_inline
+    from om_core.settings import ServerSettings
 
-        deps, _ = build_inline(database_url=f"sqlite:///{tmp / 'schema.sqlite3'}", profile=PROFILES)
+    base, _ = om_serve
+    with tempfile.TemporaryDirectory() as scratch:
+        deps, _ = build_inline(database_url=f"sqlite:///{scratch}/schema.sqlite3", profile=SERVER_PROFILES)
         openapi = create_app(ServerSettings(), deps).openapi()
         deps.close()
-        yield base, openapi
+    yield base, openapi
 
 
 def test_every_route_has_a_method_in_both_clients(server: tuple[str, dict[str, Any]]) -> None:

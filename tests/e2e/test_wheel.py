@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -194,3 +195,27 @@ def test_the_image_installs_the_wheel_and_copies_nothing_beside_it() -> None:
     copies = [words for words in runtime if words[0] == "COPY"]
     assert copies
     assert all(words[1] == "--from=build" and words[2:] == ["/wheels", "/wheels"] for words in copies), copies
+
+
+def test_the_installed_om_lists_no_benchmarks_and_says_why_in_one_line(installed: Install) -> None:
+    """The benchmarks live in bench/ of a checkout, not in the package."""
+    listed = installed.run(installed.om, "--help", COLUMNS="200")
+    assert listed.returncode == 0 and " bench " not in listed.stdout
+    called = installed.run(installed.om, "bench", "turn", "--turns", "3")
+    assert called.returncode == 2, called.stderr
+    (line,) = called.stderr.splitlines()
+    assert line.startswith("error: om bench runs the benchmarks in bench/ of a checkout of om")
+
+
+def test_the_api_docs_are_served_without_a_cdn(installed: Install) -> None:
+    env = installed.env(OM_DATABASE_URL=f"sqlite:///{installed.cwd / 'docs.sqlite3'}")
+    with om_server(
+        ["serve", "--embedded"], env, installed.cwd / "docs.log", om=[installed.om], cwd=installed.cwd
+    ) as base:
+        for page in ("/docs", "/redoc"):
+            html = httpx.get(f"{base}{page}", timeout=10).text
+            assets = re.findall(r'(?:src|href)="([^"]+\.(?:js|css))"', html)
+            assert assets and all(a.startswith("/") for a in assets), html
+            for asset in assets:
+                answer = httpx.get(f"{base}{asset}", timeout=10)
+                assert answer.status_code == 200 and len(answer.content) > 10_000, asset

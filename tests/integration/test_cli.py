@@ -320,3 +320,24 @@ def test_replay_and_simulate_use_the_threads_own_profile(tmp_path: Path) -> None
     options.write_text("observation:\n  bufferTokens: false\n")
     simulated = om("simulate", "x", "--config", str(options), "--tenant", "t", database=database, env=env)
     assert simulated.returncode == 0, simulated.stderr
+
+
+def test_demo_runs_on_the_profile_om_profile_names(tmp_path: Path) -> None:
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(
+        "model: om-local/extractive\nobservation: {messageTokens: 2000, bufferTokens: false}\n"
+        "reflection: {observationTokens: 4000}\n"
+    )
+    result = om("demo", "--turns", "30", "--json", env={"OM_PROFILE": str(profile)}, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"om demo: the default profile of OM_PROFILE={profile} (model om-local/extractive), a scratch SQLite "
+        "file (deleted at the end; --keep keeps it); no services"
+    ]
+    summary = json.loads(result.stdout)
+    # without buffering the limit is messageTokens itself, as the profile says (the demo's own is 3,600)
+    assert summary["block_after_tokens"] == 2000 and summary["buffered_chunks"] == 0
+    # a profile whose model has no key stops the demo as it stops a server
+    profile.write_text("model: openai/gpt-5-mini\n")
+    line = operator_error(om("demo", "--turns", "2", env={"OM_PROFILE": str(profile)}, cwd=tmp_path))
+    assert "OPENAI_API_KEY" in line

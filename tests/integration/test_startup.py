@@ -169,6 +169,12 @@ def test_invalid_worker_settings_are_one_line(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------ worker metrics
 
 
+def _metrics_worker(name: str, env: dict[str, str], tmp_path: Path, port: int) -> CeleryProcess:
+    """``om worker --metrics-port PORT`` as deployed, started."""
+    argv = [*om_worker_process(name, env, tmp_path).argv, "--metrics-port", str(port)]
+    return CeleryProcess(name, argv, env, tmp_path / f"{name}.log").start()
+
+
 def _metrics(url: str) -> str:
     try:
         return httpx.get(url, timeout=5).text
@@ -191,12 +197,7 @@ def test_the_server_and_a_prefork_worker_say_what_they_run_on_and_its_metrics_ne
     )
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     port = free_port()
-    worker = CeleryProcess(
-        "metrics",
-        [*om_worker_process("metrics", env, tmp_path).argv, "--metrics-port", str(port)],
-        env,
-        tmp_path / "metrics.log",
-    ).start()
+    worker = _metrics_worker("metrics", env, tmp_path, port)
     masked = postgres.replace("s3cret-pw", "***")
     try:
         first = worker.log().splitlines()[0]
@@ -253,12 +254,7 @@ def test_a_named_metrics_directory_is_emptied_at_start_and_the_address_is_a_sett
         OM_WORKER_METRICS_ADDRESS="127.0.0.2",
     )
     port = free_port()
-    worker = CeleryProcess(
-        "named",
-        [*om_worker_process("named", env, tmp_path).argv, "--metrics-port", str(port)],
-        env,
-        tmp_path / "named.log",
-    ).start()
+    worker = _metrics_worker("named", env, tmp_path, port)
     try:
         assert not stale.exists() and keep.exists()
         metrics = wait_for(lambda: _metrics(f"http://127.0.0.2:{port}/metrics"), 30, what="metrics")

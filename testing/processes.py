@@ -345,14 +345,8 @@ def deployment(
             extra={"OM_API_KEYS": keys, **(extra_env or {})},
         )
         metrics_port = free_port()
-        # prefork runs tasks in child processes: with a multiprocess directory the worker's metrics server
-        # adds up every child's counters
-        (scratch / "worker-metrics").mkdir()
-        worker_env = {
-            **env,
-            "OM_WORKER_METRICS_PORT": str(metrics_port),
-            "PROMETHEUS_MULTIPROC_DIR": str(scratch / "worker-metrics"),
-        }
+        # the worker adds up its prefork children's metrics from a directory of its own
+        worker_env = {**env, "OM_WORKER_METRICS_PORT": str(metrics_port)}
         process = om_worker_process(worker, worker_env, scratch, concurrency=2).start()
         try:
             with om_server(["serve"], env, scratch / "server.log") as base:

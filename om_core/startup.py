@@ -103,8 +103,10 @@ def refuse_sqlite_with_broker(settings: ServerSettings, process: str) -> None:
 def check_port_free(host: str, port: int, what: str, fix: str) -> None:
     """StartupError when nothing can listen on ``host:port`` (taken by another process, or an address this
     machine does not have), found before the process starts anything that takes seconds."""
+    # the family the servers bind a name with (uvicorn: IPv6 only for an address with a colon)
+    wanted = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(host, port, wanted, socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as error:
         raise StartupError(f"{what} cannot listen on {host}:{port} ({error.strerror}): {fix}") from None
     family, kind, proto, _, address = infos[0]
@@ -117,15 +119,25 @@ def check_port_free(host: str, port: int, what: str, fix: str) -> None:
             raise StartupError(f"{what} cannot listen on {host}:{port} ({error.strerror}): {fix}") from None
 
 
-def check_broker(url: str) -> None:
-    """Fail at start when the broker does not answer, or refuses the database the URL names: once running,
-    a failed publish is only logged (the outbox keeps the request), so a wrong OM_BROKER_URL would
-    otherwise go unnoticed."""
+def check_broker(url: str, *, unreachable_ok: bool = False) -> None:
+    """Fail at start when the broker refuses the database the URL names, and (unless ``unreachable_ok``)
+    when it does not answer: once serving, a failed publish is only logged (the outbox keeps the request),
+    so a wrong OM_BROKER_URL would otherwise go unnoticed. A worker, beat or Flower passes
+    ``unreachable_ok``: Celery waits for a broker that is down (restarting, not up yet) and connects when it
+    is back, while a database the broker does not have never comes."""
     import redis
 
     with redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3) as client:
         try:
             client.ping()
+        except redis.exceptions.AuthenticationError as error:
+            raise StartupError(
+                f"the broker {masked_url(url)} refused the credentials of OM_BROKER_URL ({error}): check the "
+                "password in it (redis://:PASSWORD@host:6379/0)"
+            ) from None
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            if not unreachable_ok:
+                raise
         except redis.exceptions.ResponseError as error:
             database = url.rstrip("/").rsplit("/", 1)[-1]
             if "DB index is out of range" in str(error):

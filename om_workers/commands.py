@@ -66,7 +66,7 @@ def _needs_broker(settings: ServerSettings, process: str) -> None:
             f"{settings.broker_url} (a queue inside one process): set OM_BROKER_URL=redis://HOST:6379/0, "
             "the same for every process (`om serve --embedded` runs a worker in the server instead)"
         )
-    check_broker(settings.broker_url)
+    check_broker(settings.broker_url, unreachable_ok=True)
 
 
 def _metrics_directory(worker: WorkerSettings) -> Path:

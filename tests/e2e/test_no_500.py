@@ -318,7 +318,11 @@ def _v1_requests(app: Any) -> list[tuple[str, str, dict[str, Any]]]:
     for template, operations in app.openapi()["paths"].items():
         if not template.startswith("/v1/"):
             continue
-        path = template.replace("{thread_id}", "down").replace("{resource_id}", "r1").replace("{name}", "p1")
+        path = (
+            template.replace("{thread_id}", "down")
+            .replace("{resource_id}", "r1")
+            .replace("{profile_name}", "p1")
+        )
         for method in operations:
             body: dict[str, Any] = {}
             if path.endswith(("/messages", "/turn")):

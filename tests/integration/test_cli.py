@@ -328,7 +328,7 @@ def test_demo_runs_on_the_profile_om_profile_names(tmp_path: Path) -> None:
         "model: om-local/extractive\nobservation: {messageTokens: 2000, bufferTokens: false}\n"
         "reflection: {observationTokens: 4000}\n"
     )
-    result = om("demo", "--turns", "30", "--json", env={"OM_PROFILE": str(profile)}, cwd=tmp_path)
+    result = om("demo", "--turns", "12", "--json", env={"OM_PROFILE": str(profile)}, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines() == [
         f"om demo: the default profile of OM_PROFILE={profile} (model om-local/extractive), a scratch SQLite "

@@ -13,6 +13,7 @@ from om_core.settings import ServerSettings, SettingsError, masked_url
 from om_core.startup import (
     StartupError,
     auth_summary,
+    check_broker,
     check_port_free,
     check_schedule_file,
     prepare_metrics_directory,
@@ -150,3 +151,14 @@ def test_a_metrics_directory_is_new_or_emptied(tmp_path: Path) -> None:
     (named / "notes.txt").write_text("kept")
     assert prepare_metrics_directory(named) == (named, False)
     assert [p.name for p in named.iterdir()] == ["notes.txt"]
+
+
+def test_a_broker_that_does_not_answer_is_waited_for_only_by_the_work_path() -> None:
+    import redis
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"redis://127.0.0.1:{sock.getsockname()[1]}/0"
+    check_broker(url, unreachable_ok=True)  # a worker: Celery connects once it is up
+    with pytest.raises(redis.exceptions.ConnectionError):
+        check_broker(url)  # the API: one line, the broker is unreachable

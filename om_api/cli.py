@@ -79,8 +79,8 @@ def operator_error(error: BaseException) -> str | None:
     return None
 
 
-# variables the command line itself reads (typer options), and docker-compose.yml's own
-COMMAND_LINE_VARIABLES = frozenset({"OM_DEBUG", "OM_TENANT", "OM_PROFILE_FILE"})
+# variables the command line itself reads (typer options), and those of docker-compose.yml (read by compose)
+COMMAND_LINE_VARIABLES = frozenset({"OM_DEBUG", "OM_TENANT", "OM_PROFILE_FILE", "OM_API_BIND"})
 
 
 def unknown_settings(environ: Mapping[str, str]) -> list[str]:

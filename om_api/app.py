@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from om_api import errors
@@ -172,7 +173,8 @@ def create_app(
         for stop in owned:
             stop()
 
-    app = FastAPI(
+    # /docs and /redoc from the assets fastapi-offline ships, not a CDN: they work where nothing is reachable
+    app = FastAPIOffline(
         title="om — Observational Memory",
         version="1.0.0",
         summary="Append messages, get the projected context window, stream Mastra data-om-* parts.",

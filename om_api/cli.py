@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -27,6 +29,8 @@ class OperatorErrors(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         # what a migration run from the command line does is reported by the verb; Alembic's INFO is noise
         logging.getLogger("alembic").setLevel(logging.WARNING)
+        for line in unknown_settings(os.environ):
+            typer.echo(f"warning: {line}", err=True)
         try:
             return super().invoke(ctx)
         except Exception as error:
@@ -48,8 +52,9 @@ def operator_error(error: BaseException) -> str | None:
     from om_core.bootstrap import SchemaNotMigratedError, SchemaTooNewError
     from om_core.domain.config import ConfigError, WebhookSecretError
     from om_core.settings import ProfileError, SettingsError
+    from om_core.startup import StartupError
 
-    if isinstance(error, SettingsError | ProfileError | ConfigError | WebhookSecretError):
+    if isinstance(error, SettingsError | ProfileError | ConfigError | WebhookSecretError | StartupError):
         return _one_line(str(error))
     if isinstance(error, ModelConfigurationError):
         return (
@@ -74,6 +79,42 @@ def operator_error(error: BaseException) -> str | None:
         cause = _one_line(str(error))
         return f"cannot reach the broker ({cause}); check OM_BROKER_URL and that Redis is running"
     return None
+
+
+# variables the command line itself reads (typer options), and those of docker-compose.yml (read by compose)
+COMMAND_LINE_VARIABLES = frozenset({"OM_DEBUG", "OM_TENANT", "OM_PROFILE_FILE", "OM_API_BIND"})
+
+
+def unknown_settings(environ: Mapping[str, str]) -> list[str]:
+    """A line for each ``OM_*`` variable no setting reads (``om_core.startup.unknown_variables``): the
+    server's and the workers' settings, the command line's own, and the webhook secrets the profile names."""
+    from om_core.settings import ENV_PREFIX, ServerSettings
+    from om_core.startup import unknown_variables
+    from om_workers.settings import WorkerSettings
+
+    if not any(name.startswith(ENV_PREFIX) for name in environ):
+        return []
+    known = {ENV_PREFIX + name.upper() for name in ServerSettings.model_fields}
+    known |= {"OM_WORKER_" + name.upper() for name in WorkerSettings.model_fields}
+    return unknown_variables(environ, known | COMMAND_LINE_VARIABLES | _webhook_secret_variables(environ))
+
+
+def _webhook_secret_variables(environ: Mapping[str, str]) -> set[str]:
+    """The ``secretEnv`` names of the profile's webhooks; none when the profile cannot be read (the verb
+    reports that itself)."""
+    from om_core.domain.config import ConfigError, parse_memory_config
+    from om_core.domain.profiles import split_profile_document
+    from om_core.settings import ProfileError, read_profile
+
+    path = environ.get("OM_PROFILE")
+    if not path:
+        return set()
+    try:
+        default, named = split_profile_document(read_profile(path))
+        layers = [parse_memory_config(layer) for layer in (default, *named.values())]
+    except (ProfileError, ConfigError):
+        return set()
+    return {hook.secret_env for config in layers for hook in config.webhooks if hook.secret_env}
 
 
 def _database_error(cause: str) -> str:
@@ -142,11 +183,17 @@ def demo(
         bool, typer.Option("--keep", help="Keep the demo's SQLite file in .om/ (else it is deleted).")
     ] = False,
 ) -> None:
-    """Run a long synthetic conversation through the engine, embedded: SQLite and the local model."""
+    """Run a long synthetic conversation through the engine, embedded: SQLite and, unless OM_PROFILE names
+    a profile file, the keyless local model with small thresholds."""
     import time
 
     from om_api.demo.runner import DEMO_PROFILE, run_demo
+    from om_core.bootstrap import check_profile_models
 
+    settings = _settings()
+    profile = settings.profile_layer if settings.profile is not None else DEMO_PROFILE
+    # the file's own models, keys checked as a server checks them; its default profile is the one used
+    check_profile_models(profile)
     if database is None and keep:
         database = Path(".om") / f"demo-{int(time.time() * 1000)}.sqlite3"
     where = (
@@ -154,8 +201,16 @@ def demo(
         if database
         else "a scratch SQLite file (deleted at the end; --keep keeps it)"
     )
-    typer.echo(f"om demo: the keyless local model {DEMO_PROFILE['model']}, {where}; no services", err=True)
-    run_demo(turns=turns, seed=seed, as_json=as_json, database=database, background=background)
+    if settings.profile is None:
+        what = f"the keyless local model {DEMO_PROFILE['model']} (OM_PROFILE names a profile to use instead)"
+    else:
+        what = (
+            f"the default profile of OM_PROFILE={settings.profile} (model {profile.get('model', 'default')})"
+        )
+    typer.echo(f"om demo: {what}, {where}; no services", err=True)
+    run_demo(
+        turns=turns, seed=seed, as_json=as_json, database=database, background=background, profile=profile
+    )
 
 
 @app.command()

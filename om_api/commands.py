@@ -48,15 +48,6 @@ def _settings(**overrides: object) -> ServerSettings:
     return ServerSettings(**{k: v for k, v in overrides.items() if v is not None})
 
 
-def _check_broker(url: str) -> None:
-    """Fail at start when the broker does not answer: once serving, a failed publish is only logged (the
-    outbox keeps the request), so a wrong OM_BROKER_URL would otherwise go unnoticed."""
-    import redis
-
-    with redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3) as client:
-        client.ping()
-
-
 def serve(
     host: Annotated[str | None, typer.Option(help="Bind address (OM_HOST).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (OM_PORT).")] = None,
@@ -79,6 +70,13 @@ def serve(
     from om_core.adapters.models.model_ids import KEYLESS_MODEL
     from om_core.bootstrap import check_profile_models, wait_for_schema
     from om_core.settings import EMBEDDED_BROKER_URL
+    from om_core.startup import (
+        auth_summary,
+        check_broker,
+        check_port_free,
+        refuse_sqlite_with_broker,
+        startup_line,
+    )
 
     settings = _settings(host=host, port=port, database_url=database_url)
     if embedded:
@@ -86,27 +84,25 @@ def serve(
         # and without a profile the model that needs no key
         settings = settings.model_copy(update={"broker_url": EMBEDDED_BROKER_URL})
         settings = settings.with_default_profile({"model": KEYLESS_MODEL})
-        if settings.profile is None:
-            typer.echo(
-                f"note: no OM_PROFILE: the embedded server uses the keyless local model {KEYLESS_MODEL} "
-                "(OM_PROFILE names a YAML/JSON profile to choose another)",
-                err=True,
-            )
+    else:
+        refuse_sqlite_with_broker(settings, "serve")
+    # found before anything that takes seconds (the embedded worker, a migration)
+    check_port_free(
+        settings.host,
+        settings.port,
+        "om serve",
+        "choose another with --port (OM_PORT), or stop what listens there",
+    )
     # what every process would find at its first request, found before listening
     check_profile_models(settings.profile_document)
     wait_for_schema(
         settings.database_url, settings.schema_wait_seconds, lambda line: typer.echo(line, err=True)
     )
-    if not settings.broker_url.startswith("memory://"):
-        _check_broker(settings.broker_url)
+    if settings.uses_broker:
+        check_broker(settings.broker_url)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    if not settings.auth_enabled:
-        typer.echo(
-            f"WARNING: auth is disabled (OM_AUTH=disabled); serving only on loopback {settings.host}",
-            err=True,
-        )
-    elif not settings.api_keys:
-        typer.echo("note: no OM_API_KEYS set; only keys made with `om keys create` are accepted", err=True)
+    listening = f"http://{settings.host}:{settings.port}" + (f" ({workers} processes)" if workers > 1 else "")
+    typer.echo(startup_line("serve", settings, auth_summary(settings), listening), err=True)
     if embedded or workers == 1:
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
         return
@@ -203,9 +199,20 @@ def thread_profile_layer(settings: ServerSettings, tenant: str, thread: str) -> 
         deps.close()
 
 
+def _checkout() -> Path | None:
+    """The checkout this om runs from (an editable install), where bench/ lives; None for an installed
+    package, which carries no benchmarks."""
+    root = Path(__file__).resolve().parents[1]
+    return root if (root / "bench" / "turn_bench.py").is_file() else None
+
+
 def _bench(module: str) -> Callable[[typer.Context], None]:
     def run(ctx: typer.Context) -> None:
-        raise typer.Exit(subprocess.call([sys.executable, "-m", module, *ctx.args]))
+        root = _checkout()
+        assert root is not None  # registered only in a checkout
+        path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": path}
+        raise typer.Exit(subprocess.call([sys.executable, "-m", module, *ctx.args], env=env))
 
     return run
 
@@ -220,8 +227,28 @@ for _name, (_module, _summary) in BENCHES.items():
     )(_bench(_module))
 
 
+def no_benchmarks(ctx: typer.Context) -> None:
+    """The benchmarks of a checkout of om (not in the installed package)."""
+    del ctx
+    typer.echo(
+        "error: om bench runs the benchmarks in bench/ of a checkout of om, which the installed package "
+        "does not carry: clone the repository and run `om bench ...` (or ./scripts/...) from it",
+        err=True,
+    )
+    raise typer.Exit(2)
+
+
 def register(app: typer.Typer) -> None:
     app.command()(serve)
     app.command()(simulate)
-    app.add_typer(bench_app, name="bench")
+    if _checkout() is not None:
+        app.add_typer(bench_app, name="bench")
+    else:
+        # not listed by `om --help`, and one line when called all the same
+        app.command(
+            "bench",
+            hidden=True,
+            add_help_option=False,
+            context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        )(no_benchmarks)
     app.add_typer(keys_app, name="keys")

@@ -44,8 +44,9 @@ async def event_stream(
     poll_interval: float = 0.15,
     heartbeat_interval: float = 15.0,
     max_seconds: float | None = None,
+    thread_id: str | None = None,
 ) -> AsyncIterator[str]:
-    follower = await run_in_threadpool(follow, deps, stream_id, last_position)
+    follower = await run_in_threadpool(follow, deps, stream_id, last_position, thread_id)
     # how soon to reconnect; no initial snapshot part, so a resumed stream repeats nothing
     yield "retry: 1000\n\n"
     started = last_beat = time.monotonic()

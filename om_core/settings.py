@@ -29,6 +29,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from om_core.domain.config import ConfigError, MemoryConfig, merge_config_layers, parse_memory_config
+from om_core.domain.placeholders import is_placeholder
 from om_core.domain.profiles import split_profile_document
 
 ENV_PREFIX = "OM_"
@@ -40,6 +41,13 @@ EMBEDDED_BROKER_URL = "memory://localhost/"
 _POSTGRES_URL = "postgresql+psycopg://user:password@host:5432/database"
 _SECRET_FIELDS = frozenset({"api_keys", "flower_password"})
 _URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+# the key docker-compose.yml gives the API when OM_API_KEYS is not set: its start-up line names it as such
+DEV_API_KEY = "dev-key"
+
+
+def masked_url(url: str) -> str:
+    """``url`` with its password (if any) shown as ``***``, for logs and start-up lines."""
+    return _URL_PASSWORD.sub(r"\1***@", url)
 
 
 class SettingsError(ValueError):
@@ -95,6 +103,11 @@ def _parse_api_keys(value: object) -> object:
             raise ValueError("expected comma-separated key=tenant pairs, e.g. key1=tenantA,key2=tenantB")
         if key in keys:
             raise ValueError("the same key is listed twice")
+        if is_placeholder(key):
+            raise ValueError(
+                f"the key {key!r} is a placeholder from an example: set a real key "
+                "(e.g. from `openssl rand -hex 24`) or use `om keys create`"
+            )
         keys[key] = tenant
     return keys
 
@@ -144,7 +157,8 @@ def _database_url(url: str) -> str:
 
 
 class ServerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
+    # an empty variable is an unset one: compose's ${VAR:-} passes variables the operator left empty
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", env_ignore_empty=True)
 
     database_url: str = "sqlite:///./.om/om.sqlite3"
     broker_url: str = EMBEDDED_BROKER_URL
@@ -175,6 +189,9 @@ class ServerSettings(BaseSettings):
     chat_forward_provider_key: bool = False
     flower_user: str | None = None
     flower_password: SecretStr | None = None
+    # a server or worker on a SQLite file with a network broker is refused unless this says its workers
+    # all run on this machine, on the same file
+    allow_sqlite_with_broker: bool = False
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65_535)
 
@@ -207,6 +224,8 @@ class ServerSettings(BaseSettings):
             )
         if (self.flower_user is None) != (self.flower_password is None):
             raise ValueError("OM_FLOWER_USER and OM_FLOWER_PASSWORD must be set together")
+        if self.flower_password is not None and is_placeholder(self.flower_password.get_secret_value()):
+            raise ValueError("OM_FLOWER_PASSWORD is a placeholder from an example: set a real password")
         if self.profile is not None:
             try:
                 self._profile_layer = read_profile(self.profile)
@@ -238,6 +257,11 @@ class ServerSettings(BaseSettings):
     def auth_enabled(self) -> bool:
         return self.auth == "enabled"
 
+    @property
+    def uses_broker(self) -> bool:
+        """Whether model work is published to a network broker (not run by an in-process worker)."""
+        return not self.broker_url.startswith("memory://")
+
     def memory_config(self, *overrides: Mapping[str, Any] | None) -> MemoryConfig:
         """The profile's configuration (defaults without a profile), with ``overrides`` (e.g. a thread's
         own ``config``) layered on top. Raises ``ConfigError`` when an override is invalid."""
@@ -253,6 +277,6 @@ def _describe(error: ValidationError) -> str:
             continue
         name = str(detail["loc"][0])
         variable = ENV_PREFIX + name.upper()
-        shown = "<hidden>" if name in _SECRET_FIELDS else _URL_PASSWORD.sub(r"\1***@", str(detail["input"]))
+        shown = "<hidden>" if name in _SECRET_FIELDS else masked_url(str(detail["input"]))
         lines.append(f"{variable}={shown}: {message}")
     return "invalid settings: " + "; ".join(lines)

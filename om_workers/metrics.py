@@ -3,8 +3,9 @@ of every Observer and Reflector cycle.
 
 The metrics live in prometheus_client's default registry, so a process that also serves HTTP (the API's
 ``/metrics``) exposes them with no extra wiring. Workers expose them with ``start_metrics_server``. A prefork
-worker runs tasks in child processes: set ``PROMETHEUS_MULTIPROC_DIR`` and the server aggregates every child
-(prometheus_client's multiprocess mode); without it, use ``--pool threads|solo`` to see task metrics.
+worker runs tasks in child processes: ``om worker --metrics-port`` gives them a multiprocess directory
+(``PROMETHEUS_MULTIPROC_DIR``, set before this module is first imported) and the server adds up every child
+(prometheus_client's multiprocess mode).
 
 Usage is counted from the outcome events as the metered store commits them, in whichever process commits
 them (a worker, or the API when a reader ran the task itself): the same figures the events and the data
@@ -58,7 +59,12 @@ MODEL_ERRORS = Counter("om_model_errors_total", "Failed model calls by purpose",
 QUEUE_LAG = Histogram(
     "om_queue_lag_seconds", "From publish to task start, by queue", ["queue"], buckets=_LATENCY_BUCKETS
 )
-OUTBOX_DEPTH = Gauge("om_outbox_depth", "Outbox rows not yet published (as last seen by the relay)")
+# under a prefork worker, the value the relay set last, whichever child ran it
+OUTBOX_DEPTH = Gauge(
+    "om_outbox_depth",
+    "Outbox rows not yet published (as last seen by the relay)",
+    multiprocess_mode="mostrecent",
+)
 OUTBOX_PUBLISHED = Counter("om_outbox_published_total", "Task requests handed to the broker", ["via"])
 PUBLISH_FAILURES = Counter("om_publish_failures_total", "Publishes the broker refused", ["via"])
 MAINTENANCE = Counter("om_maintenance_total", "Beat scan results", ["scan", "result"])
@@ -162,8 +168,22 @@ def render_latest() -> tuple[bytes, str]:
     return generate_latest(metrics_registry()), CONTENT_TYPE_LATEST
 
 
-def start_metrics_server(port: int, addr: str = "0.0.0.0") -> None:
+def start_metrics_server(port: int, addr: str) -> None:
+    """Serve ``/metrics`` on ``addr:port`` from a thread; OSError when the port cannot be bound."""
     start_http_server(port, addr=addr, registry=metrics_registry())
+
+
+def forget_finished_processes() -> None:
+    """Under a multiprocess directory, drop a pool process's live gauges when it exits (a worker's pool
+    replaces its processes; the counters they kept stay counted)."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return
+    from celery.signals import worker_process_shutdown
+    from prometheus_client import multiprocess
+
+    @worker_process_shutdown.connect(weak=False)
+    def _forget(pid: int | None = None, **_: object) -> None:
+        multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]
 
 
 def observe_queue_lag(queue: str, published_at: float | None) -> None:

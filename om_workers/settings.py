@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -9,7 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class WorkerSettings(BaseSettings):
     """Worker, relay and beat knobs (``OM_WORKER_*``). Defaults suit production; tests shrink them."""
 
-    model_config = SettingsConfigDict(env_prefix="OM_WORKER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="OM_WORKER_", extra="ignore", env_ignore_empty=True)
 
     # A task running longer than the soft limit gets SoftTimeLimitExceeded; the hard limit kills it.
     soft_time_limit: float = Field(default=240.0, gt=0)
@@ -36,6 +38,11 @@ class WorkerSettings(BaseSettings):
     # A cycle in flight longer than this is recorded as failed (timeout) so the policy can ask again.
     stuck_after: float = Field(default=900.0, gt=0)
     metrics_port: int | None = Field(default=None, ge=1, le=65_535)
+    # where the metrics server listens: loopback unless a scraper elsewhere must reach it (0.0.0.0 in a pod)
+    metrics_address: str = "127.0.0.1"
+    # where a prefork worker's processes keep their metrics (emptied at start); unset: a new directory of
+    # the worker's own, removed when it stops
+    metrics_dir: Path | None = None
     # Webhook deliveries: retried this many times after the first attempt, the delay doubling from 1 s up
     # to the cap (with full jitter); each POST waits this long for an answer.
     webhook_max_retries: int = Field(default=12, ge=0)

@@ -37,7 +37,8 @@ fi
 if ! _redis_up; then
   echo "==> Redis does not answer at $OM_TEST_BROKER_URL; starting a local server" >&2
   command -v redis-server >/dev/null 2>&1 || { echo "redis-server is not installed (install redis or set OM_TEST_BROKER_URL)" >&2; exit 1; }
-  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no >/dev/null
+  _redis_port="$(python -c 'import sys, urllib.parse; print(urllib.parse.urlsplit(sys.argv[1]).port or 6379)' "$OM_TEST_BROKER_URL")"
+  redis-server --daemonize yes --bind 127.0.0.1 --port "$_redis_port" --save "" --appendonly no >/dev/null
   for _ in $(seq 1 20); do _redis_up && break; sleep 0.5; done
   _redis_up || { echo "Redis is not reachable at $OM_TEST_BROKER_URL" >&2; exit 1; }
 fi

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import uvicorn
@@ -42,6 +43,16 @@ def wait_for(predicate: Callable[[], T | None], timeout: float, interval: float 
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+def suite_redis_url(variable: str, database: int) -> str:
+    """The Redis database a part of the suite flushes: ``variable`` when set, else database ``database`` of
+    the server ``OM_TEST_BROKER_URL`` names (docs/operations.md, Tests in CI)."""
+    given = os.environ.get(variable)
+    if given:
+        return given
+    broker = urlsplit(os.environ.get("OM_TEST_BROKER_URL") or "redis://127.0.0.1:6379/0")
+    return urlunsplit(broker._replace(path=f"/{database}"))
 
 
 def free_port() -> int:
@@ -348,14 +359,8 @@ def deployment(
             extra={"OM_API_KEYS": keys, **(extra_env or {})},
         )
         metrics_port = free_port()
-        # prefork runs tasks in child processes: with a multiprocess directory the worker's metrics server
-        # adds up every child's counters
-        (scratch / "worker-metrics").mkdir()
-        worker_env = {
-            **env,
-            "OM_WORKER_METRICS_PORT": str(metrics_port),
-            "PROMETHEUS_MULTIPROC_DIR": str(scratch / "worker-metrics"),
-        }
+        # the worker adds up its prefork children's metrics from a directory of its own
+        worker_env = {**env, "OM_WORKER_METRICS_PORT": str(metrics_port)}
         process = om_worker_process(worker, worker_env, scratch, concurrency=2).start()
         try:
             with om_server(["serve"], env, scratch / "server.log") as base:

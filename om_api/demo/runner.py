@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -90,12 +90,14 @@ def run_demo(
     as_json: bool = False,
     background: bool = False,
     console: Console | None = None,
+    profile: Mapping[str, Any] = DEMO_PROFILE,
 ) -> DemoSummary:
-    """The demo over ``database``, which is kept; without one, over a scratch file deleted at the end."""
+    """The demo over ``database``, which is kept; without one, over a scratch file deleted at the end.
+    ``profile``: the memory options of the demo's thread."""
     console = console or Console()
     with _database_file(database) as path:
         deps, dispatcher = build_inline(
-            database_url=f"sqlite:///{path}", profile=DEMO_PROFILE, background=background
+            database_url=f"sqlite:///{path}", profile=profile, background=background
         )
         try:
             return _converse(deps, dispatcher, turns=turns, seed=seed, as_json=as_json, console=console)

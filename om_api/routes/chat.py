@@ -64,11 +64,15 @@ PASSED_THROUGH = frozenset(
         "parallel_tool_calls",
         "prediction",
         "presence_penalty",
+        "prompt_cache_key",
+        "prompt_cache_retention",
         "reasoning_effort",
         "response_format",
+        "safety_identifier",
         "seed",
         "service_tier",
         "stop",
+        "store",
         "stream_options",
         "temperature",
         "tool_choice",
@@ -81,6 +85,8 @@ PASSED_THROUGH = frozenset(
     }
 )
 OWN_FIELDS = frozenset({"model", "messages", "stream", "metadata"})
+# OpenAI's prompt_cache_retention values; an "auto" idle TTL follows the one a request sends
+CACHE_RETENTIONS = ("in_memory", "24h")
 _ID = re.compile(ID_PATTERN)
 _KINDS = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
 
@@ -246,6 +252,12 @@ def _parse(raw: bytes) -> dict[str, Any]:
         )
     if not isinstance(body.get("stream", False), bool):
         raise _BadRequest("stream must be a boolean", code="invalid_stream", param="stream")
+    if body.get("prompt_cache_retention") not in (None, *CACHE_RETENTIONS):
+        raise _BadRequest(
+            f"prompt_cache_retention must be one of {', '.join(CACHE_RETENTIONS)}",
+            code="invalid_prompt_cache_retention",
+            param="prompt_cache_retention",
+        )
     metadata = body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise _BadRequest("metadata must be an object", code="invalid_metadata", param="metadata")

@@ -44,25 +44,31 @@ def get_profiles(deps: DepsDep, tenant: Tenant) -> dict[str, Any]:
     return {"profiles": [_profile_json(v) for v in list_profiles(deps, tenant=tenant)]}
 
 
-@router.get("/{name}", response_model=ProfileOut, responses=_ERRORS, summary="a profile and its changes")
-def get_profile(name: ProfileName, deps: DepsDep, tenant: Tenant) -> dict[str, Any]:
-    return _profile_json(describe_profile(deps, tenant=tenant, name=name))
+@router.get(
+    "/{profile_name}", response_model=ProfileOut, responses=_ERRORS, summary="a profile and its changes"
+)
+def get_profile(profile_name: ProfileName, deps: DepsDep, tenant: Tenant) -> dict[str, Any]:
+    return _profile_json(describe_profile(deps, tenant=tenant, name=profile_name))
 
 
-@router.put("/{name}", response_model=ProfileOut, responses=_ERRORS, summary="set a tenant profile")
+@router.put("/{profile_name}", response_model=ProfileOut, responses=_ERRORS, summary="set a tenant profile")
 def put_tenant_profile(
-    name: ProfileName,
+    profile_name: ProfileName,
     options: Annotated[dict[str, Any], Body(description="memory options, as in a profile file")],
     deps: DepsDep,
     tenant: Tenant,
     caller: Caller,
     check_keys: ProfileKeyCheckDep,
 ) -> dict[str, Any]:
-    view = put_profile(deps, tenant=tenant, name=name, options=options, by=caller, check_keys=check_keys)
+    view = put_profile(
+        deps, tenant=tenant, name=profile_name, options=options, by=caller, check_keys=check_keys
+    )
     return _profile_json(view)
 
 
-@router.delete("/{name}", status_code=204, responses=_ERRORS, summary="delete a tenant profile")
-def delete_tenant_profile(name: ProfileName, deps: DepsDep, tenant: Tenant, caller: Caller) -> Response:
-    delete_profile(deps, tenant=tenant, name=name, by=caller)
+@router.delete("/{profile_name}", status_code=204, responses=_ERRORS, summary="delete a tenant profile")
+def delete_tenant_profile(
+    profile_name: ProfileName, deps: DepsDep, tenant: Tenant, caller: Caller
+) -> Response:
+    delete_profile(deps, tenant=tenant, name=profile_name, by=caller)
     return Response(status_code=204)

@@ -53,6 +53,7 @@ from om_core.application.threads import (
     record_head,
     record_state,
     record_status,
+    thread_updated_at,
     threads_of,
 )
 from om_core.application.turn import take_turn
@@ -84,6 +85,7 @@ def _thread_json(view: ThreadView) -> dict[str, Any]:
         "config": view.config,
         "version": view.version,
         "profile": view.profile,
+        "updated_at": view.updated_at,
         "models": view.models,
     }
 
@@ -143,7 +145,8 @@ def put_thread(
         profile=body.profile,
         check_models=check_models,
     )
-    return _thread_json(ThreadView.of(state, thread_id, config_of(deps, state)))
+    updated_at = thread_updated_at(deps, tenant=tenant, thread_id=thread_id)
+    return _thread_json(ThreadView.of(state, thread_id, config_of(deps, state), updated_at=updated_at))
 
 
 @router.get("/{thread_id}", response_model=Thread, responses=_ERRORS, summary="a thread")
@@ -176,7 +179,7 @@ def post_messages(
         caller_model=model,
         profile=body.profile,
     )
-    parts = append_parts(deps, outcome)
+    parts = append_parts(deps, outcome, thread_id=thread_id)
     return json_response(
         {
             "thread_id": thread_id,
@@ -395,6 +398,7 @@ def stream(
         is_disconnected=request.is_disconnected,
         poll_interval=request.app.state.sse_poll_interval,
         heartbeat_interval=request.app.state.sse_heartbeat_interval,
+        thread_id=thread_id,
     )
     return StreamingResponse(
         body,
@@ -457,7 +461,7 @@ def _cycle(
     outcome = run(deps, tenant=tenant, thread_id=thread_id, wait=wait)
     state = outcome.state
     parts = parts_since(deps, before, state.version)
-    status = status_of(deps, state)
+    status = status_of(deps, state, thread_id=thread_id)
     return {
         "thread_id": thread_id,
         "cycle_id": outcome.cycle_id,

@@ -34,10 +34,13 @@ POLL_INTERVAL_S = 0.02
 class ObservationFailedError(RuntimeError):
     """failurePolicy ``abort``: the window is over blockAfter and observing it failed. Nothing is lost."""
 
-    def __init__(self, stream_id: str, pending_tokens: int, limit: int) -> None:
+    def __init__(
+        self, stream_id: str, pending_tokens: int, limit: int, limit_name: str = "blockAfter"
+    ) -> None:
+        # without buffering the limit a read waits for is messageTokens itself
         super().__init__(
             f"observing {stream_id} failed and its context holds {pending_tokens} unobserved tokens, over "
-            f"the blockAfter limit of {limit}; the messages are kept and the next read tries again"
+            f"the {limit_name} limit of {limit}; the messages are kept and the next read tries again"
         )
         self.stream_id = stream_id
         self.pending_tokens = pending_tokens
@@ -256,7 +259,8 @@ def _apply_failure_policy(deps: Deps, state: RecordState) -> RecordState:
     limits = policy.resolve_limits(config, state)
     limit = limits.block_after if limits.block_after is not None else limits.message_threshold
     if config.failure_policy == "abort":
-        raise ObservationFailedError(state.stream_id, state.pending_tokens, limit)
+        limit_name = "blockAfter" if limits.block_after is not None else "messageTokens"
+        raise ObservationFailedError(state.stream_id, state.pending_tokens, limit, limit_name)
     plan = Plan(state)
     plan.add(
         ContextReturnedOverBudget(

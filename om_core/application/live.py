@@ -42,6 +42,8 @@ class Follower:
     state: RecordState
     version: int
     position: int
+    # the thread the stream was opened for: a resource record's status parts name it
+    thread_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,13 +62,13 @@ class LivePage:
     full: bool
 
 
-def follow(deps: Deps, stream_id: str, last_position: int | None) -> Follower:
+def follow(deps: Deps, stream_id: str, last_position: int | None, thread_id: str | None = None) -> Follower:
     """A follower of ``stream_id``. Without a resume point it starts live, from the current projection;
     with one, from a fresh fold of the events up to and including the one at ``last_position`` (positions
     rise within a stream), so a resumed follower repeats nothing."""
     if last_position is None:
         state = load_state(deps.records, deps.store, stream_id)
-        return Follower(stream_id, _layer(deps, state), state, state.version, state.position)
+        return Follower(stream_id, _layer(deps, state), state, state.version, state.position, thread_id)
     state = initial_state(stream_id)
     version = position = 0
     while True:
@@ -76,7 +78,7 @@ def follow(deps: Deps, stream_id: str, last_position: int | None) -> Follower:
             state = fold(state, [from_recorded(r) for r in upto], version=upto[-1].stream_version)
             version, position = upto[-1].stream_version, upto[-1].global_position
         if len(upto) < len(page) or len(page) < PAGE:
-            return Follower(stream_id, _layer(deps, state), state, version, position)
+            return Follower(stream_id, _layer(deps, state), state, version, position, thread_id)
 
 
 def _layer(deps: Deps, state: RecordState) -> Mapping[str, Any]:
@@ -99,7 +101,8 @@ def poll(deps: Deps, follower: Follower) -> LivePage | None:
         config = record_config(follower.profile, after)
         parts = event_parts(event, follower.state, after, config)
         if changes_status(event):
-            parts.append(status_part(after, config))
+            reader = follower.thread_id if after.thread_id is None else None
+            parts.append(status_part(after, config, reader_thread=reader))
         events.append(LiveEvent(recorded.global_position, event.event_type, parts))
         follower.state, follower.version = after, recorded.stream_version
         follower.position = recorded.global_position

@@ -12,12 +12,19 @@ from om_core.domain.parts import Part, event_parts, parts_for_events, status_par
 from om_core.domain.state import RecordState
 
 
-def status_of(deps: Deps, state: RecordState) -> Part:
-    """The record's ``data-om-status`` part."""
-    return status_part(state, config_of(deps, state))
+def status_of(deps: Deps, state: RecordState, *, thread_id: str | None = None) -> Part:
+    """The record's ``data-om-status`` part, as shown to ``thread_id``."""
+    return status_part(state, config_of(deps, state), reader_thread=_reader(state, thread_id))
 
 
-def append_parts(deps: Deps, outcome: AppendOutcome, *, status: bool = True) -> list[Part]:
+def _reader(state: RecordState, thread_id: str | None) -> str | None:
+    """The reading thread, where the record is a resource's (in a thread's own record it changes nothing)."""
+    return thread_id if state.thread_id is None else None
+
+
+def append_parts(
+    deps: Deps, outcome: AppendOutcome, *, status: bool = True, thread_id: str | None = None
+) -> list[Part]:
     """The lifecycle parts of the events an append committed, then the record's status part, last (unless
     ``status`` is false: a turn's answer ends with its read's status instead).
 
@@ -39,7 +46,7 @@ def append_parts(deps: Deps, outcome: AppendOutcome, *, status: bool = True) -> 
             for _, batch in parts_for_events(prior[1], events[cut:], config, status_after_each=False)
             for p in batch
         )
-    return [*parts, status_part(after, config)] if status else parts
+    return [*parts, status_part(after, config, reader_thread=_reader(after, thread_id))] if status else parts
 
 
 def parts_since(deps: Deps, before: RecordState, version: int) -> list[Part]:

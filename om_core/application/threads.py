@@ -40,10 +40,18 @@ class ThreadView:
     version: int
     models: dict[str, list[str]]
     profile: str
+    # when the thread's own record was last written (ISO 8601), as the list of threads says
+    updated_at: str | None = None
 
     @classmethod
     def of(
-        cls, state: RecordState, thread_id: str, config: MemoryConfig, om: dict[str, Any] | None = None
+        cls,
+        state: RecordState,
+        thread_id: str,
+        config: MemoryConfig,
+        om: dict[str, Any] | None = None,
+        *,
+        updated_at: str | None = None,
     ) -> ThreadView:
         metadata = dict(state.thread_metadata)
         if om:
@@ -58,6 +66,7 @@ class ThreadView:
             version=state.version,
             models=role_models(config),
             profile=state.profile or DEFAULT_PROFILE,
+            updated_at=updated_at,
         )
 
 
@@ -104,7 +113,14 @@ def thread_state(deps: Deps, *, tenant: str, thread_id: str) -> RecordState:
 def describe_thread(deps: Deps, *, tenant: str, thread_id: str) -> ThreadView:
     state = thread_state(deps, tenant=tenant, thread_id=thread_id)
     config = config_of(deps, state)
-    return ThreadView.of(state, thread_id, config, om_metadata(state, config))
+    updated_at = thread_updated_at(deps, tenant=tenant, thread_id=thread_id)
+    return ThreadView.of(state, thread_id, config, om_metadata(state, config), updated_at=updated_at)
+
+
+def thread_updated_at(deps: Deps, *, tenant: str, thread_id: str) -> str | None:
+    """When the thread's own record row was last written: the moment the list of threads orders by."""
+    rows = deps.records.list_threads(tenant, thread_ids=[thread_id], limit=1)
+    return rows[0].updated_at.isoformat() if rows and rows[0].updated_at else None
 
 
 def record_stream(deps: Deps, *, tenant: str, thread_id: str) -> str:
@@ -138,7 +154,8 @@ def record_head(deps: Deps, *, tenant: str, thread_id: str) -> RecordHead:
 def record_status(deps: Deps, *, tenant: str, thread_id: str) -> dict[str, Any]:
     """The ``data-om-status`` object of the thread's record."""
     state = record_state(deps, tenant=tenant, thread_id=thread_id)
-    return build_status(state, config_of(deps, state))
+    reader = thread_id if state.thread_id is None else None
+    return build_status(state, config_of(deps, state), reader_thread=reader)
 
 
 def threads_of(

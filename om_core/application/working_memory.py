@@ -65,7 +65,8 @@ def read_working_memory(deps: Deps, *, tenant: str, thread_id: str) -> WorkingMe
         scope=settings.scope if enabled else None,
         format="json" if schema is not None else "markdown",
         template=template,
-        document=state.working_memory if enabled else None,
+        # a document the Observer left empty is no document
+        document=(state.working_memory or None) if enabled else None,
         cycle_id=state.working_memory_cycle_id if enabled else None,
         updated_at=state.working_memory_updated_at if enabled else None,
         version=state.version,

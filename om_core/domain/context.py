@@ -240,7 +240,8 @@ def build_status(
             },
         },
         "recordId": state.stream_id,
-        "threadId": state.thread_id,
+        # a resource's record is every thread's: the status names the one it was read for
+        "threadId": state.thread_id or reader_thread,
         "stepNumber": step_number,
         "generationCount": state.generation,
         "overBudget": over_budget(state, config, reader_thread),

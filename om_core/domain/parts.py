@@ -160,8 +160,12 @@ def frame(part_type: str, part_id: str, data: dict[str, Any]) -> Part:
     return {"type": part_type, "id": part_id, "data": data}
 
 
-def status_part(state: RecordState, config: MemoryConfig, *, step_number: int = 0) -> Part:
-    return frame(STATUS, f"om-status:{state.stream_id}", build_status(state, config, step_number=step_number))
+def status_part(
+    state: RecordState, config: MemoryConfig, *, step_number: int = 0, reader_thread: str | None = None
+) -> Part:
+    """The record's status; ``reader_thread``: the thread it is shown to (in resource scope, its threadId)."""
+    status = build_status(state, config, step_number=step_number, reader_thread=reader_thread)
+    return frame(STATUS, f"om-status:{state.stream_id}", status)
 
 
 def needs_prior_state(event: DomainEvent) -> bool:

@@ -73,3 +73,37 @@ def pg_app(pg_url: str) -> Iterator[tuple[Any, Deps, InlineDispatcher]]:
 def client(pg_app: tuple[Any, Deps, InlineDispatcher]) -> Iterator[TestClient]:
     with TestClient(pg_app[0], raise_server_exceptions=False) as test_client:
         yield test_client
+
+
+# A real `om serve --embedded` (a subprocess) that the client and docs-example tests share: named profiles,
+# a key from OM_API_KEYS, and `om` on PATH for the commands the docs run beside it.
+SERVER_KEY = "client-key"
+SERVER_PROFILES: dict[str, Any] = {
+    "profiles": {
+        "default": {"model": "om-local/extractive"},
+        "support": {"model": "om-local/extractive", "observation": {"messageTokens": 900}},
+    }
+}
+
+
+@pytest.fixture(scope="session")
+def om_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
+    """The base URL of the server, and the environment it runs with."""
+    import json
+    import sys
+
+    from testing.processes import om_server
+
+    tmp = tmp_path_factory.mktemp("om-serve")
+    profile = tmp / "profiles.json"
+    profile.write_text(json.dumps(SERVER_PROFILES))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OM_")}
+    env.update(
+        OM_DATABASE_URL=f"sqlite:///{tmp / 'om.sqlite3'}",
+        OM_PROFILE=str(profile),
+        OM_API_KEYS=f"{SERVER_KEY}=acme",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    )
+    with om_server(["serve", "--embedded"], env, tmp / "serve.log") as base:
+        yield base, env

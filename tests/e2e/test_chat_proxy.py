@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,11 @@ from om_api.demo.conversation import synthetic_conversation
 from om_core.application.chat import derive_message_id, signature
 from testing.conversations import memory_profile
 from testing.postgres import scratch_postgres
-from testing.processes import om_server, om_worker_process, process_env
+from testing.processes import om_server, om_worker_process, process_env, suite_redis_url
 
 pytestmark = pytest.mark.integration
 
-REDIS_URL = os.environ.get("OM_TEST_REDIS_URL_CHAT", "redis://127.0.0.1:6379/12")
+REDIS_URL = suite_redis_url("OM_TEST_REDIS_URL_CHAT", 12)
 PROXY_KEY, EXPLICIT_KEY = "proxy-key", "explicit-key"
 MODEL = "om-local/chat"
 SYSTEM = {"role": "system", "content": "You are a helpful assistant. Answer briefly."}

@@ -318,7 +318,11 @@ def _v1_requests(app: Any) -> list[tuple[str, str, dict[str, Any]]]:
     for template, operations in app.openapi()["paths"].items():
         if not template.startswith("/v1/"):
             continue
-        path = template.replace("{thread_id}", "down").replace("{resource_id}", "r1").replace("{name}", "p1")
+        path = (
+            template.replace("{thread_id}", "down")
+            .replace("{resource_id}", "r1")
+            .replace("{profile_name}", "p1")
+        )
         for method in operations:
             body: dict[str, Any] = {}
             if path.endswith(("/messages", "/turn")):
@@ -416,3 +420,35 @@ def test_an_unexpected_error_is_a_json_500_and_the_connection_stays_usable(live_
             after = client.get("/healthz")
             assert after.status_code == 200
             assert _local_port(after) == _local_port(broken), "the same keep-alive connection"
+
+
+NO_BUFFERING = {"bufferTokens": False, "blockAfter": None}
+
+
+@pytest.mark.parametrize(
+    ("buffering", "limit"),
+    [
+        ({}, "the blockAfter limit"),
+        ({"observation": NO_BUFFERING, "reflection": {"blockAfter": None}}, "the messageTokens limit"),
+    ],
+)
+def test_a_failed_read_names_the_limit_it_waited_for(
+    app: tuple[TestClient, Deps],
+    no_cloud_keys: None,
+    monkeypatch: pytest.MonkeyPatch,
+    buffering: dict[str, Any],
+    limit: str,
+) -> None:
+    """Without buffering a read waits for messageTokens itself: the refusal says so, not blockAfter."""
+    client, _ = app
+    thread = f"limit-{bool(buffering)}"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-set-for-the-check")
+    observation = {"model": "openai/gpt-4o-mini", **buffering.get("observation", {})}
+    config = {**buffering, "observation": observation}
+    r = client.put(f"/v1/threads/{thread}", json={"config": config}, headers=AUTH_A)
+    assert r.status_code == 200, r.text
+    monkeypatch.delenv("OPENAI_API_KEY")
+    _fill(client, thread)
+    r = client.get(f"/v1/threads/{thread}/context", headers=AUTH_A)
+    assert r.status_code == 503, r.text
+    assert limit in r.json()["error"]["message"]

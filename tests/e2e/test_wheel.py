@@ -222,7 +222,7 @@ def test_migrate_upgrades_an_empty_postgres_database_to_head(
     assert current_revision(empty_postgres_url) == head
 
 
-def test_serve_embedded_answers_healthz(installed: Install) -> None:
+def test_serve_embedded_answers_healthz_and_serves_its_docs(installed: Install) -> None:
     profile = installed.cwd / "profile.json"
     profile.write_text(json.dumps({"model": "om-local/extractive"}))
     env = installed.env(
@@ -233,6 +233,14 @@ def test_serve_embedded_answers_healthz(installed: Install) -> None:
         ["serve", "--embedded"], env, installed.cwd / "serve.log", om=[installed.om], cwd=installed.cwd
     ) as base:
         assert httpx.get(f"{base}/healthz", timeout=5).json() == {"status": "ok"}
+        # the API docs' scripts and styles come from the server itself (fastapi-offline), not a CDN
+        for page in ("/docs", "/redoc"):
+            html = httpx.get(f"{base}{page}", timeout=10).text
+            assets = re.findall(r'(?:src|href)="([^"]+\.(?:js|css))"', html)
+            assert assets and all(a.startswith("/") for a in assets), html
+            for asset in assets:
+                answer = httpx.get(f"{base}{asset}", timeout=10)
+                assert answer.status_code == 200 and len(answer.content) > 10_000, asset
 
 
 def test_the_image_installs_the_wheel_and_copies_nothing_beside_it() -> None:
@@ -240,3 +248,13 @@ def test_the_image_installs_the_wheel_and_copies_nothing_beside_it() -> None:
     copies = [words for words in runtime if words[0] == "COPY"]
     assert copies
     assert all(words[1] == "--from=build" and words[2:] == ["/wheels", "/wheels"] for words in copies), copies
+
+
+def test_the_installed_om_lists_no_benchmarks_and_says_why_in_one_line(installed: Install) -> None:
+    """The benchmarks live in bench/ of a checkout, not in the package."""
+    listed = installed.run(installed.om, "--help", COLUMNS="200")
+    assert listed.returncode == 0 and " bench " not in listed.stdout
+    called = installed.run(installed.om, "bench", "turn", "--turns", "3")
+    assert called.returncode == 2, called.stderr
+    (line,) = called.stderr.splitlines()
+    assert line.startswith("error: om bench runs the benchmarks in bench/ of a checkout of om")

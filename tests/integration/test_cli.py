@@ -175,10 +175,12 @@ def test_embedded_serve_needs_no_key_and_says_so_in_one_line(tmp_path: Path) -> 
         sent = httpx.post(f"{base}/v1/threads/t1/messages", json={"messages": [message]}, headers=headers)
         assert sent.status_code == 200, sent.text
     output = log.read_text()
-    assert [line for line in output.splitlines() if "om-local/extractive" in line] == [
-        "note: no OM_PROFILE: the embedded server uses the keyless local model om-local/extractive "
-        "(OM_PROFILE names a YAML/JSON profile to choose another)"
-    ]
+    (line,) = [line for line in output.splitlines() if "om-local/extractive" in line]
+    assert line == (
+        f"om serve: database sqlite:///{tmp_path / 'om.sqlite3'}; broker memory://localhost/ (an in-process "
+        "worker); no profile file (OM_PROFILE unset): profile default with the model om-local/extractive; "
+        f"auth by 1 OM_API_KEYS key (tenants acme), and keys made with `om keys create`; {base}"
+    )
     assert "alembic" not in output and "No hostname was supplied" not in output
 
 
@@ -344,3 +346,24 @@ def test_replay_and_simulate_use_the_threads_own_profile(tmp_path: Path) -> None
     options.write_text("observation:\n  bufferTokens: false\n")
     simulated = om("simulate", "x", "--config", str(options), "--tenant", "t", database=database, env=env)
     assert simulated.returncode == 0, simulated.stderr
+
+
+def test_demo_runs_on_the_profile_om_profile_names(tmp_path: Path) -> None:
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(
+        "model: om-local/extractive\nobservation: {messageTokens: 2000, bufferTokens: false}\n"
+        "reflection: {observationTokens: 4000}\n"
+    )
+    result = om("demo", "--turns", "12", "--json", env={"OM_PROFILE": str(profile)}, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"om demo: the default profile of OM_PROFILE={profile} (model om-local/extractive), a scratch SQLite "
+        "file (deleted at the end; --keep keeps it); no services"
+    ]
+    summary = json.loads(result.stdout)
+    # without buffering the limit is messageTokens itself, as the profile says (the demo's own is 3,600)
+    assert summary["block_after_tokens"] == 2000 and summary["buffered_chunks"] == 0
+    # a profile whose model has no key stops the demo as it stops a server
+    profile.write_text("model: openai/gpt-5-mini\n")
+    line = operator_error(om("demo", "--turns", "2", env={"OM_PROFILE": str(profile)}, cwd=tmp_path))
+    assert "OPENAI_API_KEY" in line

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from om_core.application.ports import ModelConfigurationError
+from om_core.domain.placeholders import is_placeholder
 
 OM_LOCAL_PROVIDER = "om-local"
 OM_LOCAL_MODELS = frozenset({"extractive", "hashing", "chat"})
@@ -75,13 +76,20 @@ def to_litellm_model(mastra_id: str) -> str:
 
 
 def api_key_from_env(provider: str, environ: Mapping[str, str] | None = None) -> str | None:
-    """The first non-empty API key variable set for ``provider``."""
+    """The first API key variable set for ``provider`` to a real key: an empty one or a placeholder copied
+    from an example (``CHANGE-ME``) counts as unset."""
     env = os.environ if environ is None else environ
     for name in PROVIDERS[provider].api_key_env:
         value = env.get(name, "").strip()
-        if value:
+        if value and not is_placeholder(value):
             return value
     return None
+
+
+def placeholder_keys(provider: str, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The API key variables of ``provider`` that hold a placeholder, for the refusal to name them."""
+    env = os.environ if environ is None else environ
+    return [name for name in PROVIDERS[provider].api_key_env if is_placeholder(env.get(name, ""))]
 
 
 def api_base_from_env(provider: str, environ: Mapping[str, str] | None = None) -> str | None:
@@ -114,7 +122,7 @@ def check_model_credentials(
     """Fail fast at start-up when a configured cloud model has no API key in the environment; models
     served at ``api_base`` need none."""
     problems = [
-        f"model {mastra_id!r} needs {' or '.join(needed)} to be set"
+        f"model {mastra_id!r} needs {' or '.join(needed)} to be set{_placeholder_note(mastra_id, environ)}"
         for mastra_id in dict.fromkeys(model_ids)
         if (needed := missing_api_key(mastra_id, environ, api_base=api_base))
     ]
@@ -122,3 +130,8 @@ def check_model_credentials(
         raise ModelConfigurationError(
             "; ".join(problems) + f" (or use the keyless local model {KEYLESS_MODEL!r})"
         )
+
+
+def _placeholder_note(mastra_id: str, environ: Mapping[str, str] | None) -> str:
+    found = placeholder_keys(provider_of(mastra_id), environ)
+    return f" to a real key ({', '.join(found)} holds a placeholder)" if found else ""

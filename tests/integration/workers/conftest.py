@@ -31,11 +31,11 @@ from om_workers.settings import WorkerSettings
 from testing.conversations import filler_message as message
 from testing.conversations import memory_profile
 from testing.postgres import scratch_postgres
-from testing.processes import CeleryProcess, beat_process, process_env, worker_process
+from testing.processes import CeleryProcess, beat_process, process_env, suite_redis_url, worker_process
 
 pytestmark = pytest.mark.integration
 
-REDIS_URL = os.environ.get("OM_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
+REDIS_URL = suite_redis_url("OM_TEST_REDIS_URL", 11)
 TENANT = "t"
 
 # short bounds so faults recover within a test; the ordering constraints of WorkerSettings still hold

@@ -12,7 +12,7 @@ from om_workers.app import create_app
 from om_workers.beat import LOCK_SWEEP, sweep
 from om_workers.relay import relay_outbox
 
-from .conftest import Cluster
+from .conftest import REDIS_URL, Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -52,7 +52,7 @@ def test_relay_publishes_what_the_dispatcher_left_behind(cluster_factory: Any) -
     assert len(outbox.fetch_unpublished_tasks()) == 1
     app = cluster.deps.dispatcher.app  # type: ignore[attr-defined]
     assert relay_outbox(app, outbox, older_than_seconds=0).failed == 1
-    settings = cluster.settings().model_copy(update={"broker_url": "redis://127.0.0.1:6379/11"})
+    settings = cluster.settings().model_copy(update={"broker_url": REDIS_URL})
     report = relay_outbox(create_app(settings, cluster.worker_settings()), outbox, older_than_seconds=0)
     assert (report.published, report.failed) == (1, 0)
     assert outbox.fetch_unpublished_tasks() == []

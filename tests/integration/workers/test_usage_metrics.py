@@ -1,5 +1,6 @@
 """The usage counters where operators scrape them: ``om worker --metrics-port`` of a prefork worker (its
-children aggregated through ``PROMETHEUS_MULTIPROC_DIR``), against the usage the outcome events record."""
+children added up from the metrics directory the worker makes for itself), against the usage the outcome
+events record."""
 
 from __future__ import annotations
 
@@ -36,9 +37,7 @@ def _value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: s
 def test_a_prefork_worker_exposes_the_usage_of_the_cycles_it_ran(cluster_factory: Any) -> None:
     cluster = cluster_factory()
     port = free_port()
-    multiproc = cluster.tmp / "prometheus"
-    multiproc.mkdir()
-    env = cluster.env(OM_WORKER_METRICS_PORT=str(port), PROMETHEUS_MULTIPROC_DIR=str(multiproc))
+    env = cluster.env(OM_WORKER_METRICS_PORT=str(port))
     worker = om_worker_process("metered", env, cluster.tmp, concurrency=2)
     cluster.processes.append(worker)
     worker.start()

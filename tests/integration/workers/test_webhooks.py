@@ -160,12 +160,9 @@ def _cluster(cluster_factory: Any, receiver: Receiver) -> tuple[Cluster, int]:
     cluster.profile["webhooks"] = [{"url": receiver.url, "secretEnv": "OM_TEST_WEBHOOK_SECRET"}]
     cluster.profile["reflection"] = {"observationTokens": 1_500}
     port = free_port()
-    multiproc = cluster.tmp / "prometheus"
-    multiproc.mkdir(exist_ok=True)
     env = cluster.env(
         OM_TEST_WEBHOOK_SECRET=SECRET,
         OM_WORKER_METRICS_PORT=str(port),
-        PROMETHEUS_MULTIPROC_DIR=str(multiproc),
         OM_WORKER_WEBHOOK_BACKOFF_MAX="1",
         OM_WORKER_WEBHOOK_TIMEOUT="2",
         OM_WORKER_WEBHOOK_MAX_RETRIES="60",

@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -226,6 +226,19 @@ def _openai_arguments(base_url: str, api_key: str | None, headers: dict[str, str
         "default_headers": {**headers, **given},
         **options,
     }
+
+
+_OpenAIClient = TypeVar("_OpenAIClient")
+
+
+def _keyed(client: _OpenAIClient) -> _OpenAIClient:
+    """The ``openai`` package's client made to send an ``Idempotency-Key`` with every request, the same
+    key on each of its own retries (the package generates one per request, and sends it when told the
+    header's name): a retry after a lost answer gets the stored reply, and the same words sent again by
+    the app are a new message (docs/api.md, Retries and regeneration)."""
+    if hasattr(client, "_idempotency_header"):
+        client._idempotency_header = "Idempotency-Key"
+    return client
 
 
 class OMClient:
@@ -455,12 +468,13 @@ class OMClient:
     ) -> openai.OpenAI:
         """The ``openai`` package's client, pointed at om's proxy with this client's key, naming the thread
         (and its resource and profile) in every request's headers: ``om.openai("t1").chat.completions
-        .create(model=..., messages=...)`` calls the model with the thread's memory. ``options`` go to
-        ``openai.OpenAI`` (``timeout``, ``max_retries``, …)."""
+        .create(model=..., messages=...)`` calls the model with the thread's memory. Each request carries an
+        ``Idempotency-Key`` its retries repeat. ``options`` go to ``openai.OpenAI`` (``timeout``,
+        ``max_retries``, …)."""
         import openai
 
         headers = _Routes.proxy_headers(thread_id, resource_id, profile)
-        return openai.OpenAI(**_openai_arguments(self._base_url, self._api_key, headers, options))
+        return _keyed(openai.OpenAI(**_openai_arguments(self._base_url, self._api_key, headers, options)))
 
     # --- the service ---
 
@@ -758,7 +772,9 @@ class AsyncOMClient:
         import openai
 
         headers = _Routes.proxy_headers(thread_id, resource_id, profile)
-        return openai.AsyncOpenAI(**_openai_arguments(self._base_url, self._api_key, headers, options))
+        return _keyed(
+            openai.AsyncOpenAI(**_openai_arguments(self._base_url, self._api_key, headers, options))
+        )
 
     async def health(self) -> JSON:
         result: JSON = await self._call("GET", "/healthz", {})

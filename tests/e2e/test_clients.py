@@ -227,6 +227,17 @@ def test_chat_completions_through_the_openai_client(server: tuple[str, dict[str,
         assert stored["profile"] == "support" and stored["resource_id"] == "user-5"
         roles = [e["data"]["message"]["role"] for e in om.all_events("c-1", types=["MessageAppended"])]
         assert roles == ["user", "assistant", "user", "assistant"]
+        # every request carries an Idempotency-Key of its own: the same words sent again are a new turn,
+        # not a retry of the last one (which a request without a key answered by the newest reply is)
+        for _ in range(2):
+            chat.chat.completions.create(model="om-local/chat", messages=[{"role": "user", "content": "yes"}])
+        said = [e["data"]["message"] for e in om.all_events("c-1", types=["MessageAppended"])][4:]
+        assert [(m["role"], m["parts"][0]["text"] if m["role"] == "user" else "") for m in said] == [
+            ("user", "yes"),
+            ("assistant", ""),
+            ("user", "yes"),
+            ("assistant", ""),
+        ]
         import openai
 
         with pytest.raises(openai.BadRequestError) as refused:

@@ -55,7 +55,9 @@ function changedPaths(committedText, currentText) {
   const routes = (text) => {
     try {
       const paths = JSON.parse(text).paths ?? {};
-      return new Set(Object.entries(paths).flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`)));
+      return new Set(
+        Object.entries(paths).flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`)),
+      );
     } catch {
       return new Set();
     }
@@ -93,7 +95,7 @@ async function main() {
   console.error(
     [
       `om's API and the TypeScript client's generated types have drifted: ${stale.join(' and ')} ` +
-        'differ from what the current om_api app produces.',
+        `${stale.length > 1 ? 'do' : 'does'} not match what the current om_api app produces.`,
       ...(routes.length ? ['Routes added (+) or removed (-) since the types were generated:', ...routes] : []),
       `Regenerate them with \`${REGENERATE}\`, check that the client builds and covers every route ` +
         '(npm test), and commit both files.',

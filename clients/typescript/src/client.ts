@@ -157,10 +157,7 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 /** A signal that aborts with `signal` or after `ms`, and the function that releases its timer. */
 function withTimeout(signal: AbortSignal | undefined, ms: number): [AbortSignal, () => void] {
   const controller = new AbortController();
-  const timer = setTimeout(
-    () => controller.abort(new DOMException(`no answer within ${ms} ms`, 'TimeoutError')),
-    ms,
-  );
+  const timer = setTimeout(() => controller.abort(new DOMException(`no answer within ${ms} ms`, 'TimeoutError')), ms);
   const forward = () => controller.abort(abortError(signal as AbortSignal));
   if (signal?.aborted) forward();
   signal?.addEventListener('abort', forward, { once: true });
@@ -197,6 +194,8 @@ interface SendOptions extends CallOptions {
   repeatable: boolean;
   /** No per-request timeout (a stream that lasts as long as the caller reads it). */
   untimed?: boolean;
+  /** Error statuses that are an answer here, not an error (readiness answers 503 with its checks). */
+  answers?: readonly number[];
 }
 
 export class OMClient {
@@ -254,13 +253,7 @@ export class OMClient {
   /** Append messages (OpenAI chat or AI SDK UI messages). A message id is an idempotency key: one sent
    * again with the same content is reported in `duplicates`, not stored twice. */
   append(threadId: string, messages: readonly MessageInput[], options: AppendOptions = {}): Promise<AppendOut> {
-    const { resourceId, profile, signal, ...query } = options;
-    return this.json('POST', `${thread(threadId)}/messages`, {
-      signal,
-      query,
-      body: messagesBody(messages, { resourceId, profile }),
-      repeatable: allIdentified(messages),
-    });
+    return this.postMessages(`${thread(threadId)}/messages`, messages, options);
   }
 
   /**
@@ -268,7 +261,11 @@ export class OMClient {
    * critical path. Such appends go one at a time, in order; `turn` and `flush` wait for them, so the next
    * turn's message always lands after the reply. The returned promise is the append's answer.
    */
-  appendInBackground(threadId: string, messages: readonly MessageInput[], options: AppendOptions = {}): Promise<AppendOut> {
+  appendInBackground(
+    threadId: string,
+    messages: readonly MessageInput[],
+    options: AppendOptions = {},
+  ): Promise<AppendOut> {
     const sent = this.queue.then(() => this.append(threadId, messages, options));
     this.queue = sent.catch(() => undefined);
     this.pending.push(sent);
@@ -291,13 +288,7 @@ export class OMClient {
     options: TurnOptions<F> = {},
   ): Promise<TurnFor<F>> {
     await this.flush();
-    const { resourceId, profile, signal, ...query } = options;
-    return this.json('POST', `${thread(threadId)}/turn`, {
-      signal,
-      query,
-      body: messagesBody(messages, { resourceId, profile }),
-      repeatable: allIdentified(messages),
-    });
+    return this.postMessages(`${thread(threadId)}/turn`, messages, options);
   }
 
   /** The projected context window: om's system messages, the continuation hint, the unobserved messages.
@@ -459,20 +450,11 @@ export class OMClient {
     return this.json('GET', '/healthz', { ...options, repeatable: true });
   }
 
-  /** Readiness (database, broker): `ready` is false when om answered 503 and says why in `checks`. */
+  /** Readiness (database, broker): `ready` is false when om answered 503, and `checks` says why. */
   async ready(options: CallOptions = {}): Promise<Readiness> {
-    try {
-      const body = await this.json<{ status: string; checks: Record<string, string> }>('GET', '/readyz', {
-        ...options,
-        repeatable: false,
-      });
-      return { ready: true, ...body };
-    } catch (error) {
-      if (error instanceof OMError && error.status === 503 && typeof error.details['checks'] === 'object') {
-        return { ready: false, status: String(error.details['status']), checks: error.details['checks'] as Record<string, string> };
-      }
-      throw error;
-    }
+    const response = await this.send('GET', '/readyz', { ...options, repeatable: false, answers: [503] });
+    const body = (await response.json()) as { status: string; checks: Record<string, string> };
+    return { ready: response.ok, status: body.status, checks: body.checks };
   }
 
   /** Prometheus metrics, as text. */
@@ -482,6 +464,21 @@ export class OMClient {
   }
 
   // --- transport ------------------------------------------------------------------------------------
+
+  /** An append's body (the messages, their resource and profile) with the rest of `options` as the query. */
+  private postMessages<T>(
+    path: string,
+    messages: readonly MessageInput[],
+    options: AppendOptions | TurnOptions<Format>,
+  ): Promise<T> {
+    const { resourceId, profile, signal, ...query } = options;
+    return this.json('POST', path, {
+      signal,
+      query,
+      body: messagesBody(messages, { resourceId, profile }),
+      repeatable: allIdentified(messages),
+    });
+  }
 
   private async json<T>(method: string, path: string, options: SendOptions): Promise<T> {
     const response = await this.send(method, path, options);
@@ -517,7 +514,7 @@ export class OMClient {
       } finally {
         release();
       }
-      if (response.ok) return response;
+      if (response.ok || options.answers?.includes(response.status)) return response;
       const error = await errorOf(response);
       if ((error.status === 429 || error.status === 503) && attempt < retries) {
         const wait = error.retryAfter !== undefined ? error.retryAfter * 1000 : this.backoff(attempt);
@@ -617,7 +614,10 @@ export class OMStream implements AsyncIterable<StreamPart> {
       let idle: ReturnType<typeof setTimeout> | undefined;
       const watch = () => {
         clearTimeout(idle);
-        idle = setTimeout(() => connection.abort(new Error(`no data for ${this.idleTimeoutMs} ms`)), this.idleTimeoutMs);
+        idle = setTimeout(
+          () => connection.abort(new Error(`no data for ${this.idleTimeoutMs} ms`)),
+          this.idleTimeoutMs,
+        );
       };
       let wait: number | undefined;
       const grouper = new PartGrouper(this.resumeFrom);

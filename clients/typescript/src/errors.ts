@@ -3,6 +3,46 @@ import type { ErrorBody } from './types.js';
 /** The service's error object: `{"error": {code, message, details}}` (docs/api.md, Errors). */
 export type ServiceError = ErrorBody['error'];
 
+/** The codes docs/api.md lists (an answer may carry another: a newer server's, or the proxy's). */
+export type OMErrorCode =
+  | 'malformed_json'
+  | 'cursor_is_range'
+  | 'cursor_ambiguous'
+  | 'invalid_last_event_id'
+  | 'thread_scope'
+  | 'bad_request'
+  | 'unauthorized'
+  | 'thread_not_found'
+  | 'cursor_not_found'
+  | 'generation_not_found'
+  | 'profile_not_found'
+  | 'not_found'
+  | 'method_not_allowed'
+  | 'message_conflict'
+  | 'profile_mismatch'
+  | 'profile_conflict'
+  | 'payload_too_large'
+  | 'unsupported_media_type'
+  | 'validation_error'
+  | 'invalid_message'
+  | 'invalid_config'
+  | 'unknown_profile'
+  | 'invalid_profile_name'
+  | 'resource_required'
+  | 'invalid_thread_id'
+  | 'invalid_resource_id'
+  | 'unknown_event_type'
+  | 'part_index_out_of_range'
+  | 'version_out_of_range'
+  | 'query_required'
+  | 'cursor_required'
+  | 'rate_limited'
+  | 'observation_failed'
+  | 'model_unavailable'
+  | 'store_unavailable'
+  | 'internal_error'
+  | (string & {});
+
 /**
  * An error answer from om. `code` is the service's machine-readable code (`thread_not_found`,
  * `invalid_message`, `rate_limited`, …), `details` what it said about it, `retryAfter` the seconds the
@@ -12,7 +52,7 @@ export type ServiceError = ErrorBody['error'];
 export class OMError extends Error {
   override readonly name = 'OMError';
   readonly status: number;
-  readonly code: string;
+  readonly code: OMErrorCode;
   readonly details: Record<string, unknown>;
   readonly retryAfter: number | undefined;
   /** The service's error object as it was sent. */

@@ -12,6 +12,6 @@ export type {
   TurnOptions,
 } from './client.js';
 export { OMConnectionError, OMError } from './errors.js';
-export type { ServiceError } from './errors.js';
+export type { OMErrorCode, ServiceError } from './errors.js';
 export type { StreamPart } from './sse.js';
 export type * from './types.js';

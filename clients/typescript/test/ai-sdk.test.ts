@@ -24,6 +24,7 @@ interface Sdk {
   stepCountIs: (count: number) => Any;
   simulateReadableStream: (options: Any) => ReadableStream<Any>;
   APICallError: new (options: Any) => Error;
+  convertToModelMessages: (messages: Any[]) => Promise<Any[]>;
   Mock: new (options: Any) => Any;
 }
 
@@ -102,7 +103,16 @@ for (const sdk of SDKS) {
     test('a 50-turn conversation, half streamed: stored once, later prompts carry the observations', async () => {
       const threadId = uniqueId('chat50');
       const model = new sdk.Mock({
-        doGenerate: async (options: Any) => generated([{ type: 'text', text: answerTo(options.prompt) }]),
+        // provider metadata om does not keep (as a reasoning signature would be): it must come back to the
+        // model in the app's own copy of the message
+        doGenerate: async (options: Any) =>
+          generated([
+            {
+              type: 'text',
+              text: answerTo(options.prompt),
+              providerMetadata: { mock: { signed: answerTo(options.prompt) } },
+            },
+          ]),
         doStream: async (options: Any) => streamed(sdk, answerTo(options.prompt)),
       });
       const wrapped = sdk.wrapLanguageModel({ model, middleware: omMemory({ client: om, threadId }) });
@@ -138,26 +148,81 @@ for (const sdk of SDKS) {
         messages.filter((e) => e.data['role'] === 'assistant').map((e) => e.data['text']),
         Array.from({ length: 50 }, (_, i) => `Noted fact ${i}, thank you.`),
       );
-      assert.ok(messages.filter((e) => e.data['role'] === 'assistant').every((e) => e.data['model'] === 'mock-provider/mock-model-id'));
+      assert.ok(
+        messages
+          .filter((e) => e.data['role'] === 'assistant')
+          .every((e) => e.data['model'] === 'mock-provider/mock-model-id'),
+      );
 
       const prompts: PromptMessage[][] = [...model.doGenerateCalls, ...model.doStreamCalls].map((c: Any) => c.prompt);
       assert.equal(prompts.length, 50);
       const last = model.doStreamCalls.at(-1).prompt as PromptMessage[];
       assert.deepEqual(last[0], { role: 'system', content: system }, "the app's instructions open the prompt");
-      const memory = last.filter((m) => m.role === 'system').map(textOf).join('\n');
+      const memory = last
+        .filter((m) => m.role === 'system')
+        .map(textOf)
+        .join('\n');
       assert.match(memory, /<observations>/);
-      const raw = last.filter((m) => m.role !== 'system').map(textOf).join('\n');
+      const raw = last
+        .filter((m) => m.role !== 'system')
+        .map(textOf)
+        .join('\n');
       assert.ok(last.length < 40, `the prompt stays bounded (${last.length} messages for a history of 99)`);
       const remembered = Array.from({ length: 10 }, (_, i) => `${FACTS[i % 5]?.[1]}${i}`).filter(
         (name) => memory.includes(name) && !raw.includes(name),
       );
       assert.ok(remembered.length >= 3, `early facts reach the model through memory only (${remembered.join(', ')})`);
-      const firstWithMemory = prompts.findIndex((p) => p.some((m) => m.role === 'system' && textOf(m).includes('<observations>')));
+      const replies = last.filter((m) => m.role === 'assistant');
+      const generatedReplies = replies.filter((m) => Number(/fact (\d+)/.exec(textOf(m))?.[1]) % 2 === 0);
+      assert.ok(generatedReplies.length > 0);
+      for (const reply of generatedReplies) {
+        assert.deepEqual((reply.content as Any[])[0].providerOptions, { mock: { signed: textOf(reply) } });
+      }
+      const firstWithMemory = prompts.findIndex((p) =>
+        p.some((m) => m.role === 'system' && textOf(m).includes('<observations>')),
+      );
       assert.ok(firstWithMemory > 0 && firstWithMemory < 40, `observations appear part-way (call ${firstWithMemory})`);
 
       // the app asks again with the same history: nothing new is stored
       await sdk.generateText({ model: wrapped, system, messages: history.slice(0, -1) });
       assert.equal((await stored(threadId)).length, 100, 'a regenerated answer with the same words is a duplicate');
+    });
+
+    test('a useChat route: UI messages converted each request, the reply streamed as a UI message stream', async () => {
+      const threadId = uniqueId('ui');
+      const model = new sdk.Mock({ doStream: async (options: Any) => streamed(sdk, answerTo(options.prompt)) });
+      const wrapped = sdk.wrapLanguageModel({ model, middleware: omMemory({ client: om, threadId }) });
+      let ui: Any[] = [];
+      for (let i = 0; i < 6; i++) {
+        // what useChat posts: the whole conversation as UI messages, with their ids
+        ui = [...ui, { id: `ui-${i}`, role: 'user', parts: [{ type: 'text', text: fact(i) }] }];
+        const result = sdk.streamText({ model: wrapped, messages: await sdk.convertToModelMessages(ui) });
+        const finished = new Promise<Any[]>((resolve) => {
+          const chunks = result.toUIMessageStream({
+            originalMessages: ui,
+            onFinish: ({ messages }: Any) => resolve(messages),
+          });
+          void (async () => {
+            for await (const chunk of chunks) void chunk;
+          })();
+        });
+        ui = await finished;
+      }
+      assert.equal(ui.length, 12);
+      const messages = await stored(threadId);
+      assert.deepEqual(
+        messages.map((e) => `${e.data['role']}:${e.data['text']}`),
+        Array.from({ length: 6 }, (_, i) => [`user:${fact(i)}`, `assistant:Noted fact ${i}, thank you.`]).flat(),
+      );
+      // the reply om stored is the message the app sends back: the prompt carries the app's own copy
+      const last = model.doStreamCalls.at(-1).prompt as PromptMessage[];
+      assert.deepEqual(
+        last
+          .filter((m) => m.role === 'assistant')
+          .map(textOf)
+          .slice(-1),
+        ['Noted fact 4, thank you.'],
+      );
     });
 
     test('a call the AI SDK retries after a provider error stores its message once', async () => {
@@ -167,7 +232,13 @@ for (const sdk of SDKS) {
         doGenerate: async (options: Any) => {
           calls++;
           if (calls === 1) {
-            throw new sdk.APICallError({ message: 'overloaded', url: 'http://provider', requestBodyValues: {}, statusCode: 529, isRetryable: true });
+            throw new sdk.APICallError({
+              message: 'overloaded',
+              url: 'http://provider',
+              requestBodyValues: {},
+              statusCode: 529,
+              isRetryable: true,
+            });
           }
           return generated([{ type: 'text', text: answerTo(options.prompt) }]);
         },
@@ -176,13 +247,17 @@ for (const sdk of SDKS) {
       const result = await sdk.generateText({ model: wrapped, messages: [{ role: 'user', content: fact(7) }] });
       assert.equal(calls, 2);
       assert.equal(result.text, 'Noted fact 7, thank you.');
-      assert.deepEqual((await stored(threadId)).map((e) => e.data['role']), ['user', 'assistant']);
+      assert.deepEqual(
+        (await stored(threadId)).map((e) => e.data['role']),
+        ['user', 'assistant'],
+      );
     });
 
     test('an app that sends only the new message: om supplies the history, a repeated "yes" is a new message', async () => {
       const threadId = uniqueId('newonly');
       const model = new sdk.Mock({
-        doGenerate: async (options: Any) => generated([{ type: 'text', text: `I see ${options.prompt.length} messages.` }]),
+        doGenerate: async (options: Any) =>
+          generated([{ type: 'text', text: `I see ${options.prompt.length} messages.` }]),
       });
       const wrapped = sdk.wrapLanguageModel({ model, middleware: omMemory({ client: om, threadId }) });
       for (const prompt of ['Shall we book the train?', 'yes', 'And the hotel?', 'yes']) {
@@ -208,7 +283,13 @@ for (const sdk of SDKS) {
         doGenerate: async () => {
           calls++;
           if (calls === 1) {
-            throw new sdk.APICallError({ message: 'timeout', url: 'http://provider', requestBodyValues: {}, statusCode: 503, isRetryable: true });
+            throw new sdk.APICallError({
+              message: 'timeout',
+              url: 'http://provider',
+              requestBodyValues: {},
+              statusCode: 503,
+              isRetryable: true,
+            });
           }
           return generated([{ type: 'text', text: 'Booked.' }]);
         },
@@ -217,7 +298,10 @@ for (const sdk of SDKS) {
       await sdk.generateText({ model: again, prompt: 'Book both, please.' });
       assert.equal(calls, 2);
       const after = await stored(threadId);
-      assert.deepEqual(after.slice(8).map((e) => `${e.data['role']}:${e.data['text']}`), ['user:Book both, please.', 'assistant:Booked.']);
+      assert.deepEqual(
+        after.slice(8).map((e) => `${e.data['role']}:${e.data['text']}`),
+        ['user:Book both, please.', 'assistant:Booked.'],
+      );
     });
 
     test('tool calls: the call, its result and the answer are stored once, and the next step sees them', async () => {
@@ -252,25 +336,37 @@ for (const sdk of SDKS) {
       assert.equal(second.text, 'It is 19 degrees in Oslo.');
 
       const messages = await stored(threadId);
-      assert.deepEqual(messages.map((e) => e.data['role']), ['user', 'assistant', 'tool', 'assistant', 'user', 'assistant', 'tool', 'assistant']);
+      assert.deepEqual(
+        messages.map((e) => e.data['role']),
+        ['user', 'assistant', 'tool', 'assistant', 'user', 'assistant', 'tool', 'assistant'],
+      );
       const invocations = messages.flatMap((e) =>
-        ((e.data['message'] as Any).parts as Any[]).filter((p) => p.type === 'tool-invocation').map((p) => `${p.state}:${p.toolCallId}`),
+        ((e.data['message'] as Any).parts as Any[])
+          .filter((p) => p.type === 'tool-invocation')
+          .map((p) => `${p.state}:${p.toolCallId}`),
       );
       assert.deepEqual(invocations, ['call:call-Lisbon', 'result:call-Lisbon', 'call:call-Oslo', 'result:call-Oslo']);
       // the step after a tool call is sent the call and its result
       const step = model.doGenerateCalls[1].prompt as PromptMessage[];
-      assert.deepEqual(step.slice(-2).map((m) => m.role), ['assistant', 'tool']);
+      assert.deepEqual(
+        step.slice(-2).map((m) => m.role),
+        ['assistant', 'tool'],
+      );
       assert.equal((step.at(-1)?.content as Any[])[0].toolCallId, 'call-Lisbon');
     });
 
     test('images and files are stored as om holds them and come back from its window as file parts', async () => {
       const threadId = uniqueId('files');
-      const png = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13, 73, 72, 68, 82, 1, 2, 3, 4]);
+      const png = new Uint8Array([
+        0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13, 73, 72, 68, 82, 1, 2, 3, 4,
+      ]);
       const pdf = new TextEncoder().encode('%PDF-1.4 a tiny document');
       const base64 = (bytes: Uint8Array) => Buffer.from(bytes).toString('base64');
       // room for the attachments' tokens, so the message stays in the window rather than being observed
       await om.putThread(threadId, { config: { observation: { messageTokens: 20_000 } } });
-      const model = new sdk.Mock({ doGenerate: async () => generated([{ type: 'text', text: 'A picture and a file.' }]) });
+      const model = new sdk.Mock({
+        doGenerate: async () => generated([{ type: 'text', text: 'A picture and a file.' }]),
+      });
       const wrapped = sdk.wrapLanguageModel({ model, middleware: omMemory({ client: om, threadId }) });
       await sdk.generateText({
         model: wrapped,
@@ -296,13 +392,18 @@ for (const sdk of SDKS) {
       );
       // the next call sends only its new message: the earlier one comes from om's window
       await sdk.generateText({ model: wrapped, prompt: 'Thanks.' });
-      const earlier = (model.doGenerateCalls[1].prompt as PromptMessage[]).find((m) => m.role === 'user' && textOf(m) === 'What are these?');
+      const earlier = (model.doGenerateCalls[1].prompt as PromptMessage[]).find(
+        (m) => m.role === 'user' && textOf(m) === 'What are these?',
+      );
       const files = (earlier?.content as Any[]).filter((p) => p.type === 'file');
       const data = (p: Any) => (sdk.spec === 'v4' ? (assert.equal(p.data.type, 'data'), p.data.data) : p.data);
-      assert.deepEqual(files.map((p) => [p.mediaType, data(p), p.filename]), [
-        ['image/png', base64(png), undefined],
-        ['application/pdf', base64(pdf), 'notes.pdf'],
-      ]);
+      assert.deepEqual(
+        files.map((p) => [p.mediaType, data(p), p.filename]),
+        [
+          ['image/png', base64(png), undefined],
+          ['application/pdf', base64(pdf), 'notes.pdf'],
+        ],
+      );
     });
 
     test('a stream cut short or failing stores no answer', async () => {
@@ -331,7 +432,12 @@ for (const sdk of SDKS) {
       const model = new sdk.Mock({ doStream: async (options: Any) => ({ stream: endless(options.abortSignal) }) });
       const wrapped = sdk.wrapLanguageModel({ model, middleware: omMemory({ client: om, threadId }) });
       const abort = new AbortController();
-      const result = sdk.streamText({ model: wrapped, prompt: 'Tell me a long story.', abortSignal: abort.signal, onError: () => undefined });
+      const result = sdk.streamText({
+        model: wrapped,
+        prompt: 'Tell me a long story.',
+        abortSignal: abort.signal,
+        onError: () => undefined,
+      });
       for await (const delta of result.textStream) {
         assert.equal(delta, 'Half an ans');
         abort.abort();
@@ -365,10 +471,19 @@ test('the thread can be named per call, and the caller model is named as om name
   });
   const wrapped = ai6.wrapLanguageModel({ model, middleware: omMemory({ client: om }) });
   await ai6.generateText({ model: wrapped, prompt: 'hello', providerOptions: { om: { threadId } } });
-  assert.deepEqual((await stored(threadId)).map((e) => e.data['role']), ['user', 'assistant']);
+  assert.deepEqual(
+    (await stored(threadId)).map((e) => e.data['role']),
+    ['user', 'assistant'],
+  );
   assert.equal(model.doGenerateCalls[0]?.providerOptions?.['om'], undefined, 'om options are not sent to the model');
   await assert.rejects(ai6.generateText({ model: wrapped, prompt: 'hello' }), /threadId/);
   assert.equal(callerModelOf({ provider: 'openai.responses', modelId: 'gpt-5-mini' }), 'openai/gpt-5-mini');
-  assert.equal(callerModelOf({ provider: 'google.generative-ai', modelId: 'gemini-2.5-flash' }), 'gemini/gemini-2.5-flash');
-  assert.equal(callerModelOf({ provider: 'gateway', modelId: 'anthropic/claude-sonnet-4.5' }), 'anthropic/claude-sonnet-4.5');
+  assert.equal(
+    callerModelOf({ provider: 'google.generative-ai', modelId: 'gemini-2.5-flash' }),
+    'gemini/gemini-2.5-flash',
+  );
+  assert.equal(
+    callerModelOf({ provider: 'gateway', modelId: 'anthropic/claude-sonnet-4.5' }),
+    'anthropic/claude-sonnet-4.5',
+  );
 });

@@ -48,14 +48,20 @@ describe('threads and messages', () => {
     assert.equal(read.resource_id, resource);
     assert.equal(read.metadata['a'], 1);
     assert.ok((await om.listThreads({ limit: 500 })).some((t) => t.thread_id === id));
-    assert.deepEqual((await om.resourceThreads(resource)).map((t) => t.thread_id), [id]);
+    assert.deepEqual(
+      (await om.resourceThreads(resource)).map((t) => t.thread_id),
+      [id],
+    );
   });
 
   test('an append is idempotent by message id; other content under a known id is a conflict', async () => {
     const id = uniqueId('app');
     const message = { id: 'm1', role: 'user', content: 'My budget for Japan is 2400 euros.' };
     const first = await om.append(id, [message]);
-    assert.deepEqual(first.appended.map((a) => a.message_id), ['m1']);
+    assert.deepEqual(
+      first.appended.map((a) => a.message_id),
+      ['m1'],
+    );
     assert.equal(first.parts.at(-1)?.type, 'data-om-status');
     const again = await om.append(id, [message]);
     assert.deepEqual(again.appended, []);
@@ -69,7 +75,10 @@ describe('threads and messages', () => {
   test('a turn appends and returns the context, in om and in OpenAI format', async () => {
     const id = uniqueId('turn');
     const turn = await om.turn(id, [{ id: 'q1', role: 'user', content: 'Where does my sister live?' }]);
-    assert.deepEqual(turn.appended.map((a) => a.message_id), ['q1']);
+    assert.deepEqual(
+      turn.appended.map((a) => a.message_id),
+      ['q1'],
+    );
     const last = turn.messages.at(-1) as unknown as StoredMessage;
     assert.equal(last.id, 'q1');
     assert.deepEqual(last.parts, [{ type: 'text', text: 'Where does my sister live?' }]);
@@ -87,7 +96,10 @@ describe('threads and messages', () => {
     await om.turn(id, [{ id: 'u1', role: 'user', content: 'hello' }]);
     const reply = om.appendInBackground(id, [{ id: 'a1', role: 'assistant', content: 'hi there' }]);
     const next = await om.turn(id, [{ id: 'u2', role: 'user', content: 'how are you?' }]);
-    assert.deepEqual((await reply).appended.map((a) => a.message_id), ['a1']);
+    assert.deepEqual(
+      (await reply).appended.map((a) => a.message_id),
+      ['a1'],
+    );
     assert.deepEqual(
       next.messages.map((m) => (m as unknown as StoredMessage).id),
       ['u1', 'a1', 'u2'],
@@ -104,7 +116,10 @@ describe('threads and messages', () => {
       { id: 'c2', role: 'assistant', content: 'second' },
     ]);
     const now = await om.context(id);
-    assert.deepEqual(now.messages.map((m) => (m as unknown as StoredMessage).id), ['c1', 'c2']);
+    assert.deepEqual(
+      now.messages.map((m) => (m as unknown as StoredMessage).id),
+      ['c1', 'c2'],
+    );
     const past = await om.context(id, { at_version: 2 });
     assert.ok(past.version <= 2);
     await rejects(om.context(id, { at_version: now.version + 50 }), 422, 'version_out_of_range');
@@ -159,7 +174,10 @@ describe('threads and messages', () => {
     const page = await om.recall(id, { cursor: 'r1', page: 1, limit: 5 });
     assert.equal(page.mode, 'messages');
     const browsed = await om.recall(id, { anchor: 'end', limit: 2 });
-    assert.deepEqual((browsed['messages'] as { id: string }[]).map((m) => m.id), ['r1', 'r2']);
+    assert.deepEqual(
+      (browsed['messages'] as { id: string }[]).map((m) => m.id),
+      ['r1', 'r2'],
+    );
     const threads = await om.recall(id, { mode: 'threads' });
     assert.ok((threads['threads'] as { id: string }[]).some((t) => t.id === id));
     const found = await om.recall(id, { mode: 'search', query: 'wifi password' });
@@ -222,7 +240,11 @@ describe('the OpenAI-compatible proxy', () => {
     assert.equal(status.threadId, id);
     assert.equal(status.appended, 1);
     const reply = (completion.choices[0] as { message: { content: string } }).message.content;
-    const history = [...messages, { role: 'assistant', content: reply }, { role: 'user', content: 'Where does she live?' }];
+    const history = [
+      ...messages,
+      { role: 'assistant', content: reply },
+      { role: 'user', content: 'Where does she live?' },
+    ];
     const streamed = await om.chatCompletionStream({ model: 'om-local/chat', messages: history }, { threadId: id });
     assert.equal(streamed.om.appended, 1, 'the resent history is stored once');
     let text = '';
@@ -235,12 +257,11 @@ describe('the OpenAI-compatible proxy', () => {
       const page = await om.events(id, { types: 'MessageAppended' });
       return page.events.length === 4 && page;
     }, 'the streamed reply to be stored');
-    assert.deepEqual(stored.events.map((e) => e.data['role']), ['user', 'assistant', 'user', 'assistant']);
-    await rejects(
-      om.chatCompletion({ model: 'nobody/nothing', messages }, { threadId: id }),
-      404,
-      'model_not_found',
+    assert.deepEqual(
+      stored.events.map((e) => e.data['role']),
+      ['user', 'assistant', 'user', 'assistant'],
     );
+    await rejects(om.chatCompletion({ model: 'nobody/nothing', messages }, { threadId: id }), 404, 'model_not_found');
   });
 });
 
@@ -253,7 +274,7 @@ describe('the service', () => {
     assert.match(await om.metrics(), /om_http_requests/);
   });
 
-  test('a wrong key is 401; another tenant\'s thread is 404', async () => {
+  test("a wrong key is 401; another tenant's thread is 404", async () => {
     const id = uniqueId('iso');
     await om.append(id, [{ id: 'i1', role: 'user', content: 'mine' }]);
     const stranger = new OMClient({ baseUrl: base, apiKey: 'not-a-key' });
@@ -261,6 +282,56 @@ describe('the service', () => {
     const other = new OMClient({ baseUrl: base, apiKey: OTHER_KEY });
     await rejects(other.getThread(id), 404, 'thread_not_found');
     await rejects(other.context(id), 404, 'thread_not_found');
+  });
+
+  test('a server that is not ready says which check failed', async () => {
+    const notReady = new OMClient({
+      baseUrl: base,
+      fetch: async () =>
+        new Response(
+          JSON.stringify({ status: 'not_ready', checks: { database: 'error: OperationalError', broker: 'ok' } }),
+          {
+            status: 503,
+            headers: { 'content-type': 'application/json' },
+          },
+        ),
+    });
+    assert.deepEqual(await notReady.ready(), {
+      ready: false,
+      status: 'not_ready',
+      checks: { database: 'error: OperationalError', broker: 'ok' },
+    });
+  });
+
+  test('429 and 503 are retried after Retry-After when the request is safe to repeat, and only then', async () => {
+    const unavailable = () =>
+      new Response(JSON.stringify({ error: { code: 'store_unavailable', message: 'retry', details: {} } }), {
+        status: 503,
+        headers: { 'content-type': 'application/json', 'retry-after': '0' },
+      });
+    let failFirst = 0;
+    const flaky = new OMClient({
+      baseUrl: base,
+      apiKey: KEY,
+      fetch: async (input, init) => (failFirst-- > 0 ? unavailable() : fetch(input, init)),
+    });
+    const id = uniqueId('retry');
+    failFirst = 1;
+    const appended = await flaky.append(id, [{ id: 'r1', role: 'user', content: 'with an id: safe to repeat' }]);
+    assert.deepEqual(
+      appended.appended.map((a) => a.message_id),
+      ['r1'],
+    );
+    failFirst = 1;
+    const error = await rejects(
+      flaky.append(id, [{ role: 'user', content: 'no id: not repeated' }]),
+      503,
+      'store_unavailable',
+    );
+    assert.equal(error.retryAfter, 0);
+    failFirst = 3;
+    await rejects(flaky.getThread(id), 503, 'store_unavailable');
+    assert.equal(failFirst, 0, 'two retries, then the error');
   });
 
   test('an unreachable server is an OMConnectionError, after the retries', async () => {
@@ -287,12 +358,17 @@ test('the calls above cover every route of the OpenAPI document', () => {
     }),
   );
   const uncovered = routes
-    .filter(({ method, pattern }) =>
-      ![...called].some((call) => {
-        const [m, path] = call.split(' ');
-        return m === method && pattern.test(path ?? '');
-      }),
+    .filter(
+      ({ method, pattern }) =>
+        ![...called].some((call) => {
+          const [m, path] = call.split(' ');
+          return m === method && pattern.test(path ?? '');
+        }),
     )
     .map(({ route }) => route);
-  assert.deepEqual(uncovered, [], `routes the client's tests do not exercise (add them to src/client.ts and here): ${uncovered.join(', ')}`);
+  assert.deepEqual(
+    uncovered,
+    [],
+    `routes the client's tests do not exercise (add them to src/client.ts and here): ${uncovered.join(', ')}`,
+  );
 });

@@ -120,7 +120,11 @@ export function uniqueId(prefix: string): string {
 }
 
 /** Poll `check` until it returns something other than undefined or false (generous deadline, no fixed sleeps). */
-export async function until<T>(check: () => Promise<T | undefined | false>, what: string, timeoutMs = 60_000): Promise<T> {
+export async function until<T>(
+  check: () => Promise<T | undefined | false>,
+  what: string,
+  timeoutMs = 60_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();

@@ -19,7 +19,11 @@ const key = (p: StreamPart) => `${p.type}|${p.id}|${p.position ?? ''}|${JSON.str
 async function conversation(threadId: string, turns: number): Promise<number> {
   for (let i = 0; i < turns; i++) {
     await om.turn(threadId, [
-      { id: `u${i}`, role: 'user', content: `Turn ${i}: my friend Sam${i} moved to Valencia and adopted a cat named Miso${i}.` },
+      {
+        id: `u${i}`,
+        role: 'user',
+        content: `Turn ${i}: my friend Sam${i} moved to Valencia and adopted a cat named Miso${i}.`,
+      },
     ]);
     await om.append(threadId, [{ id: `a${i}`, role: 'assistant', content: `Noted, turn ${i}: Sam${i} and Miso${i}.` }]);
   }
@@ -59,7 +63,10 @@ test('a replay from 0, resumed from a stored Last-Event-ID, gives every part exa
   const full = await collect(om.stream(id, { lastEventId: 0 }), last);
   assert.ok(full.length > 30, `a long history of parts (${full.length})`);
   assert.ok(full.some((p) => p.type === 'data-om-activation' || p.type === 'data-om-observation-end'));
-  assert.ok(full.some((p) => p.position === undefined), 'some events carry several parts');
+  assert.ok(
+    full.some((p) => p.position === undefined),
+    'some events carry several parts',
+  );
 
   // stop part-way, in the middle of an event's parts where there is one, and resume from where it stood
   const first = om.stream(id, { lastEventId: 0 });
@@ -109,7 +116,10 @@ test('connections cut at any byte reconnect by themselves and lose or repeat not
   const flaky = new OMClient({ baseUrl: base, apiKey: KEY, fetch: cutting });
   const parts = await collect(flaky.stream(id, { lastEventId: 0 }), last);
   assert.ok(connections > 3, `the stream was cut and resumed (${connections} connections)`);
-  assert.ok(resumes.slice(1).every((r) => r !== null && r !== '0'), 'each reconnect resumed from an event');
+  assert.ok(
+    resumes.slice(1).every((r) => r !== null && r !== '0'),
+    'each reconnect resumed from an event',
+  );
   assert.deepEqual(parts.map(key), full.map(key));
 });
 
@@ -125,10 +135,14 @@ test('live parts arrive as the thread changes', async () => {
     }
   })();
   // the stream starts live: the message sent before it is not replayed, the next one is seen
-  await until(async () => {
-    await om.append(id, [{ id: `l${Date.now()}`, role: 'user', content: 'are you there?' }]);
-    return seen.length > 0;
-  }, 'a live part', 30_000);
+  await until(
+    async () => {
+      await om.append(id, [{ id: `l${Date.now()}`, role: 'user', content: 'are you there?' }]);
+      return seen.length > 0;
+    },
+    'a live part',
+    30_000,
+  );
   await reading;
   assert.equal(seen.at(-1)?.type, 'data-om-status');
 });

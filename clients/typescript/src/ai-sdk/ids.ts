@@ -50,7 +50,11 @@ export interface Placement {
 }
 
 /** Ids for a prompt with no assistant message, placed on the thread's stored tail (see above). */
-export async function placeOnTail(threadId: string, signatures: readonly string[], tail: StoredTail): Promise<Placement> {
+export async function placeOnTail(
+  threadId: string,
+  signatures: readonly string[],
+  tail: StoredTail,
+): Promise<Placement> {
   const stored = tail.messages;
   const count = signatures.length;
   const last = stored.length ? (stored[stored.length - 1] as { id: string }).id : '';

@@ -71,13 +71,14 @@ export function callerModelOf(model: { provider: string; modelId: string }): str
 }
 
 function target(options: OmMemoryOptions, params: CallParams): Omit<Turn, 'callerModel' | 'lastId'> {
-  const perCall = isRecord(params.providerOptions) && isRecord(params.providerOptions['om']) ? params.providerOptions['om'] : {};
+  const perCall =
+    isRecord(params.providerOptions) && isRecord(params.providerOptions['om']) ? params.providerOptions['om'] : {};
   const pick = (key: string, fallback: string | undefined) =>
     typeof perCall[key] === 'string' ? (perCall[key] as string) : fallback;
   const threadId = pick('threadId', options.threadId);
   if (!threadId) {
     throw new TypeError(
-      'omMemory needs the conversation\'s thread: omMemory({ client, threadId }), or providerOptions: { om: { threadId } } on the call',
+      "omMemory needs the conversation's thread: omMemory({ client, threadId }), or providerOptions: { om: { threadId } } on the call",
     );
   }
   return { threadId, resourceId: pick('resourceId', options.resourceId), profile: pick('profile', options.profile) };
@@ -110,15 +111,28 @@ async function readWindow(
 ): Promise<Window> {
   const query = { model: turn.callerModel, ...(wait ? {} : { wait: false }), signal };
   if (fresh.length) {
-    const answer = await client.turn(turn.threadId, fresh, { ...query, resourceId: turn.resourceId, profile: turn.profile });
-    return { system: answer.system, continuation: answer.continuation, messages: answer.messages as unknown as StoredMessage[] };
+    const answer = await client.turn(turn.threadId, fresh, {
+      ...query,
+      resourceId: turn.resourceId,
+      profile: turn.profile,
+    });
+    return {
+      system: answer.system,
+      continuation: answer.continuation,
+      messages: answer.messages as unknown as StoredMessage[],
+    };
   }
   try {
     const answer = await client.context(turn.threadId, query);
-    return { system: answer.system, continuation: answer.continuation, messages: answer.messages as unknown as StoredMessage[] };
+    return {
+      system: answer.system,
+      continuation: answer.continuation,
+      messages: answer.messages as unknown as StoredMessage[],
+    };
   } catch (error) {
     // nothing to store and no thread yet: there is no memory to add
-    if (error instanceof OMError && error.code === 'thread_not_found') return { system: [], continuation: null, messages: [] };
+    if (error instanceof OMError && error.code === 'thread_not_found')
+      return { system: [], continuation: null, messages: [] };
     throw error;
   }
 }

@@ -212,8 +212,11 @@ function toolOutput(part: Extract<StoredPart, { type: 'tool-invocation' }>): Loo
 }
 
 const answered = (part: Extract<StoredPart, { type: 'tool-invocation' }>) =>
-  part.state === 'result' || part.state === 'error' || part.state === 'output-denied' ||
-  part.result !== undefined || part.error !== undefined;
+  part.state === 'result' ||
+  part.state === 'error' ||
+  part.state === 'output-denied' ||
+  part.result !== undefined ||
+  part.error !== undefined;
 
 /** The prompt messages for a message of om's context window (a tool call's answer as its tool message). */
 export function fromOm(message: StoredMessage, version: SpecVersion): PromptMessage[] {
@@ -224,7 +227,9 @@ export function fromOm(message: StoredMessage, version: SpecVersion): PromptMess
   }
   const results = (calls: Extract<StoredPart, { type: 'tool-invocation' }>[]): Loose[] =>
     calls.map((p) => ({ type: 'tool-result', toolCallId: p.toolCallId, toolName: p.toolName, output: toolOutput(p) }));
-  const invocations = stored.filter((p): p is Extract<StoredPart, { type: 'tool-invocation' }> => p.type === 'tool-invocation');
+  const invocations = stored.filter(
+    (p): p is Extract<StoredPart, { type: 'tool-invocation' }> => p.type === 'tool-invocation',
+  );
   if (message.role === 'tool') {
     const content = results(invocations.filter(answered));
     return content.length ? [{ role: 'tool', content }] : [];
@@ -232,7 +237,8 @@ export function fromOm(message: StoredMessage, version: SpecVersion): PromptMess
   const content: Loose[] = [];
   for (const part of stored) {
     if (part.type === 'text') content.push({ type: 'text', text: part.text });
-    else if (part.type === 'reasoning' && message.role === 'assistant') content.push({ type: 'reasoning', text: part.text });
+    else if (part.type === 'reasoning' && message.role === 'assistant')
+      content.push({ type: 'reasoning', text: part.text });
     else if (part.type === 'image' || part.type === 'file') {
       const file = promptFile(part, version);
       if (file) content.push(file);

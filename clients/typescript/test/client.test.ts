@@ -143,6 +143,10 @@ describe('threads and messages', () => {
 
   test('observe, reflect and the observation log', async () => {
     const id = uniqueId('obs');
+    // no background buffering: what observe does is then its own synchronous cycle, whatever the timing
+    const profile = `sync-${Math.random().toString(36).slice(2, 8)}`;
+    await om.putProfile(profile, { model: 'om-local/extractive', observation: { bufferTokens: false } });
+    await om.putThread(id, { profile });
     const facts = Array.from({ length: 6 }, (_, i) => ({
       id: `f${i}`,
       role: i % 2 ? 'assistant' : 'user',

@@ -54,7 +54,10 @@ async function collect(stream: OMStream, untilPosition: number): Promise<StreamP
   }
   stream.close();
   await next;
-  return parts;
+  // background work may have added events after `untilPosition`, read in the same chunk: they are not part
+  // of the history being compared
+  const end = parts.findLastIndex((p) => p.position !== undefined && p.position <= untilPosition);
+  return parts.slice(0, end + 1);
 }
 
 test('a replay from 0, resumed from a stored Last-Event-ID, gives every part exactly once', async () => {

@@ -30,4 +30,18 @@ if [ "${CI:-}" = "true" ] && [ -z "${OM_REAL_MODEL_GGUF:-}" ]; then
   fi
 fi
 echo "==> pytest" >&2
-exec python -m pytest "$@"
+python -m pytest "$@"
+# The TypeScript client (clients/typescript): npm ci from its lockfile, the OpenAPI drift check, then its
+# node --test suites against a real `om serve --embedded` they start. Arguments select pytest tests, so a
+# selection leaves it out; `cd clients/typescript && npm ci && npm test` runs it alone.
+if [ "$#" -eq 0 ]; then
+  if command -v npm >/dev/null 2>&1; then
+    echo "==> TypeScript client: npm ci, schema drift check, build, node --test" >&2
+    (cd "$ROOT/clients/typescript" && npm ci --no-audit --no-fund --loglevel=error && npm test)
+  elif [ "${CI:-}" = "true" ]; then
+    echo "==> the TypeScript client's tests need Node >= 20 and npm, which this machine lacks" >&2
+    exit 1
+  else
+    echo "==> skipping the TypeScript client's tests: npm not found (Node >= 20 runs them)" >&2
+  fi
+fi

@@ -361,7 +361,7 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/v1/profiles/{name}": {
+    "/v1/profiles/{profile_name}": {
         parameters: {
             query?: never;
             header?: never;
@@ -369,12 +369,12 @@ export interface paths {
             cookie?: never;
         };
         /** a profile and its changes */
-        get: operations["get_profile_v1_profiles__name__get"];
+        get: operations["get_profile_v1_profiles__profile_name__get"];
         /** set a tenant profile */
-        put: operations["put_tenant_profile_v1_profiles__name__put"];
+        put: operations["put_tenant_profile_v1_profiles__profile_name__put"];
         post?: never;
         /** delete a tenant profile */
-        delete: operations["delete_tenant_profile_v1_profiles__name__delete"];
+        delete: operations["delete_tenant_profile_v1_profiles__profile_name__delete"];
         options?: never;
         head?: never;
         patch?: never;
@@ -2774,6 +2774,10 @@ export interface operations {
                 "x-om-profile"?: string | null;
                 /** @description the provider's key, when OM_CHAT_FORWARD_PROVIDER_KEY allows it */
                 "x-om-provider-key"?: string | null;
+                /** @description a repeat of a request with this key answers its stored reply (1–255 characters) */
+                "idempotency-key"?: string | null;
+                /** @description a new answer even if the sent messages are answered already */
+                "x-om-regenerate"?: boolean;
             };
             path?: never;
             cookie?: never;
@@ -3114,13 +3118,13 @@ export interface operations {
             };
         };
     };
-    get_profile_v1_profiles__name__get: {
+    get_profile_v1_profiles__profile_name__get: {
         parameters: {
             query?: never;
             header?: never;
             path: {
                 /** @description a-z, 0-9, _ and - */
-                name: string;
+                profile_name: string;
             };
             cookie?: never;
         };
@@ -3218,13 +3222,13 @@ export interface operations {
             };
         };
     };
-    put_tenant_profile_v1_profiles__name__put: {
+    put_tenant_profile_v1_profiles__profile_name__put: {
         parameters: {
             query?: never;
             header?: never;
             path: {
                 /** @description a-z, 0-9, _ and - */
-                name: string;
+                profile_name: string;
             };
             cookie?: never;
         };
@@ -3328,13 +3332,13 @@ export interface operations {
             };
         };
     };
-    delete_tenant_profile_v1_profiles__name__delete: {
+    delete_tenant_profile_v1_profiles__profile_name__delete: {
         parameters: {
             query?: never;
             header?: never;
             path: {
                 /** @description a-z, 0-9, _ and - */
-                name: string;
+                profile_name: string;
             };
             cookie?: never;
         };

@@ -443,7 +443,9 @@ def test_observer_keeps_what_the_assistant_commits_to() -> None:
         "Assistant: Happy to help. I'll draft the email to Henrik Lund this afternoon. I hope that helps."
     )
     lines = observation_lines(observe_transcript(observer_prompt(transcript), SYSTEM))
-    assert lines == ["* 🔴 (09:00) Assistant will draft the email to Henrik Lund this afternoon"]
+    assert lines == [
+        "* 🔴 (09:00) Assistant will draft the email to Henrik Lund this afternoon (meaning Mar 3, 2026)"
+    ]
 
 
 def test_observer_reduces_a_pasted_document_to_the_sentences_that_carry_details() -> None:

@@ -29,7 +29,6 @@ from om_core.adapters.models.om_local_text import (
     Proposal,
     assistant_line,
     blocks,
-    carries_fact_detail,
     chosen_option,
     classify_user_sentence,
     clip_words,
@@ -362,7 +361,9 @@ def _observe_reply(part: _Part, notes: _ThreadNotes) -> str:
     elif option is not None:
         value = clip_words(assistant_line(offered_value(option)), 30)
         verb = "chose" if choice.index is not None else "agreed to"
-        line = f"User {verb} {value[:1].lower() + value[1:] if value[1:2].islower() else value}"
+        opening = value.split(maxsplit=1)[0].lower() if value.split() else ""
+        common = opening in STOPWORDS or opening.endswith("ing")
+        line = f"User {verb} {value[:1].lower() + value[1:] if common else value}"
         # a pick or a single offer says all that mattered of the proposal: its line, if written in this
         # call, goes; a yes to several suggestions leaves them standing
         if (
@@ -401,7 +402,7 @@ def _observe_user(part: _Part, notes: _ThreadNotes) -> None:
             notes.last_request, notes.last_request_kind = sentence, "request"
             notes.first_topic = notes.first_topic or sentence
         else:
-            facts.append(third_person(essential(trimmed(sentence), 30)).rstrip(".?"))
+            facts.append(third_person(essential(trimmed(sentence), 30)).rstrip(".?。？"))
     if facts:
         _remember(notes, _Observation(part.day, part.clock, "🔴", "{}"), facts)
 
@@ -886,6 +887,8 @@ class _Line:
     order: int
     children: list[str] = field(default_factory=list)
     shortened: bool = False
+    # what the line is worth keeping, read from what it said before any shortening
+    worth: int | None = None
 
     def render(self) -> list[str]:
         if self.priority:
@@ -1154,22 +1157,27 @@ _CHOICE_LINE = re.compile(r"^User (?:chose|agreed to)\b")
 
 
 def _line_value(line: _Line) -> int:
-    """How much a line is worth keeping, by what it says (``fact_weight``): what the user chose counts
-    more, a question less."""
-    text = _ANNOTATION.sub("", line.text)
-    value = fact_weight(_SPEAKER_PREFIX.sub("", text))
-    if _CHOICE_LINE.match(text):
-        value += 3
-    if text.startswith("User asked"):
-        value -= 2
-    return value
+    """How much a line is worth keeping, by what it says (``fact_weight``, before any shortening): what
+    the user chose counts more, a question less."""
+    if line.worth is None:
+        text = _ANNOTATION.sub("", line.text)
+        line.worth = fact_weight(_SPEAKER_PREFIX.sub("", text))
+        if _CHOICE_LINE.match(text):
+            line.worth += 3
+        if text.startswith("User asked"):
+            line.worth -= 2
+    return line.worth
+
+
+# a 🔴 line worth this much stays even past the target
+_KEEP_PAST_TARGET = 3
 
 
 def _fit_to_target(segments: list[_Segment], target: int) -> list[_Segment]:
     """Drop and shorten until the log is under the target, what matters least first: 🟢 and 🟡 lines
     (those naming nothing before those that do, the oldest first), then sub-bullets, then long 🔴 lines
     cut to their essential clauses, and only when nothing of lower priority is left, 🔴 lines by their
-    worth (those that name something worth a note, and ✅ lines, stay)."""
+    worth (those worth a note, ``_KEEP_PAST_TARGET``, and ✅ lines, stay)."""
     # Aim under the target: the caller may count with a tokenizer that disagrees with ours by a little.
     goal = max(1, int(target * 0.9))
     total = count_tokens(_render_segments(segments))
@@ -1180,6 +1188,8 @@ def _fit_to_target(segments: list[_Segment], target: int) -> list[_Segment]:
         return sorted(lines, key=lambda line: (_line_value(line), line.order))
 
     every = [line for s in segments for line in s.lines()]
+    for line in every:
+        _line_value(line)
     segments, total = _drop_in_order(
         segments, least_worth_first(line for line in every if _RANK[line.priority] <= 2), goal, total
     )
@@ -1193,12 +1203,11 @@ def _fit_to_target(segments: list[_Segment], target: int) -> list[_Segment]:
                 line.text, line.shortened = essential_clause(line.text), True
         total = count_tokens(_render_segments(segments))
     if total >= goal:
-        # a fact that names something and is worth a note stays even past the target
         facts = least_worth_first(
             line
             for s in segments
             for line in s.lines()
-            if line.priority == "🔴" and not (carries_fact_detail(line.text) and _line_value(line) >= 2)
+            if line.priority == "🔴" and _line_value(line) < _KEEP_PAST_TARGET
         )
         segments, total = _drop_in_order(segments, facts, goal, total)
     return segments

@@ -192,6 +192,11 @@ def _is_row_of(cells: list[str], width: int) -> bool:
     return len(cells) == width and width >= 2 and all(len(c.split()) <= 8 for c in cells)
 
 
+def _header_like(cells: list[str]) -> bool:
+    """A first row of column names: short words, none a number."""
+    return all(cell and len(cell.split()) <= 4 and not re.search(r"\d", cell) for cell in cells)
+
+
 def _table_run(lines: Sequence[str], start: int) -> tuple[Block, int] | None:
     """The table that starts at ``lines[start]``, and the index after it, if one does."""
     first = lines[start]
@@ -202,6 +207,8 @@ def _table_run(lines: Sequence[str], start: int) -> tuple[Block, int] | None:
         rows = [_markdown_cells(line) for line in lines[start:end] if not _MARKDOWN_RULE.match(line)]
         if len(rows) >= 2:
             return Block("table", list(lines[start:end]), rows[0], rows[1:]), end
+    if _LIST_MARKER.match(first):
+        return None
     for cells_of, minimum in (
         (_aligned_cells, 3),
         (lambda line: _separated_cells(line, ","), 3),
@@ -209,10 +216,14 @@ def _table_run(lines: Sequence[str], start: int) -> tuple[Block, int] | None:
         (lambda line: _separated_cells(line, "\t"), 2),
     ):
         width = len(cells_of(first))
-        if width < 2 or not _is_row_of(cells_of(first), width):
+        if width < 2 or not _is_row_of(cells_of(first), width) or not _header_like(cells_of(first)):
             continue
         end = start + 1
-        while end < len(lines) and _is_row_of(cells_of(lines[end]), width):
+        while (
+            end < len(lines)
+            and not _LIST_MARKER.match(lines[end])
+            and _is_row_of(cells_of(lines[end]), width)
+        ):
             end += 1
         if end - start >= minimum or (end - start >= 2 and width >= 3):
             rows = [cells_of(line) for line in lines[start:end]]
@@ -394,11 +405,6 @@ def details(sentence: str) -> list[str]:
     ]
     opening = _opening_name(sentence)
     return tokens + ([opening] if opening else []) + proper_nouns(sentence)
-
-
-def carries_fact_detail(text: str) -> bool:
-    """Names and numbers: the details a condensed memory must never lose."""
-    return bool(re.search(r"\d", text)) or bool(details(text))
 
 
 # --- what makes a sentence a fact ------------------------------------------------------------------------
@@ -603,7 +609,12 @@ def essential(sentence: str, limit: int) -> str:
     if not keep:
         return clip_words(sentence, limit)
     later = sorted(i for i in keep if i > 0)
-    if 0 not in keep and later and not _SUBJECT_START.match(clauses[later[0]].strip()):
+    # the opening clause is the subject when the kept clause has none, or when it is a name on its own
+    if (
+        0 not in keep
+        and later
+        and (not _SUBJECT_START.match(clauses[later[0]].strip()) or len(clauses[0].split()) <= 3)
+    ):
         keep.add(0)
     for index in sorted(keep):
         for neighbour in (index - 1, index + 1):

@@ -313,10 +313,28 @@ def _observe_document(part: _Part, sentences: list[str], notes: _ThreadNotes) ->
             _observe_question(part, sentence, notes)
 
 
+# question words and the verbs around them: what is left of a question without them is its topic
+_ASKING_WORDS = frozenset(
+    """what whats how why when where which who whom whose would could should can do does did is are was
+    were even start usually people anything something any common best way good idea thing things tips tip
+    mistake mistakes explain handle think worth really""".strip().split(maxsplit=-1)
+)
+
+
+def _question_topic(sentence: str) -> str:
+    """A question that names nothing, as its topic: "where do I even start with travel insurance" →
+    "travel insurance"."""
+    words = [w for w in content_words(_question_text(sentence)) if w.lower().strip("'’") not in _ASKING_WORDS]
+    return " ".join(words[-6:]) if words else clip_words(_question_text(sentence), 6)
+
+
 def _observe_question(part: _Part, sentence: str, notes: _ThreadNotes) -> None:
-    priority: Priority = "🔴" if details(sentence) else "🟡"
-    observation = _Observation(part.day, part.clock, priority, "User asked: {}", "question")
-    _remember(notes, observation, [_question_text(sentence)])
+    if details(sentence):
+        observation = _Observation(part.day, part.clock, "🔴", "User asked: {}", "question")
+        _remember(notes, observation, [_question_text(sentence)])
+    else:
+        observation = _Observation(part.day, part.clock, "🟡", "User asked about {}", "question")
+        _remember(notes, observation, [_question_topic(sentence)])
     notes.last_request, notes.last_request_kind = sentence, "question"
     notes.first_topic = notes.first_topic or sentence
 
@@ -398,7 +416,7 @@ def _observe_user(part: _Part, notes: _ThreadNotes) -> None:
             _observe_question(part, sentence, notes)
         elif kind == "request":
             observation = _Observation(part.day, part.clock, "🟡", "User asked to {}", "question")
-            _remember(notes, observation, [clip_words(_question_text(sentence), 16)])
+            _remember(notes, observation, [clip_words(_question_text(sentence), 10)])
             notes.last_request, notes.last_request_kind = sentence, "request"
             notes.first_topic = notes.first_topic or sentence
         else:
@@ -477,6 +495,14 @@ _OWN_RUN_TIME = re.compile(
 )
 
 
+# "0 failed", "no errors": a count of nothing is no failure
+_NONE_FAILED = re.compile(r"\b(?:0|no|zero)\s+(?:failed|failures?|errors?)\b", re.I)
+
+
+def _failed(text: str) -> bool:
+    return _FAILURE.search(_NONE_FAILED.sub("", text)) is not None
+
+
 def _first_line(text: str, limit: int) -> str:
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     return line if len(line) <= limit else line[:limit].rstrip() + "…"
@@ -506,8 +532,8 @@ def _observe_tools(run: list[_Part], notes: _ThreadNotes) -> None:
         kind, _, name = part.title[len("Tool ") :].partition(" ")
         if kind == "Call" and name not in names:
             names.append(name)
-        elif kind in ("Error", "Denied") or (kind == "Result" and _FAILURE.search(part.text)):
-            lines = [ln.strip() for ln in part.text.splitlines() if _FAILURE.search(ln)] or [part.text]
+        elif kind in ("Error", "Denied") or (kind == "Result" and _failed(part.text)):
+            lines = [ln.strip() for ln in part.text.splitlines() if _failed(ln)] or [part.text]
             failures.append(
                 f"{name} {'was denied' if kind == 'Denied' else 'failed'}: {_first_line(lines[0], 140)}"
             )
@@ -562,9 +588,7 @@ def _nothing_new(thread: _Thread, notes: _ThreadNotes) -> None:
     if notes.observations or not thread.parts:
         return
     last = thread.parts[-1]
-    said = [s for p in thread.parts if p.title == "User" for s in split_sentences(p.text) if not is_filler(s)]
-    topic = f": {clip_words(trimmed(said[0]).rstrip('.?!'), 8)}" if said else ""
-    text = f"Conversation went on ({len(thread.parts)} messages), nothing new to remember{topic}"
+    text = f"Small talk ({len(thread.parts)} messages), nothing to remember"
     notes.observations.append(_Observation(last.day, last.clock, "🟢", text))
 
 
@@ -600,6 +624,12 @@ def _render_observation_groups(observations: Iterable[_Observation]) -> list[str
     return lines
 
 
+# the words a line's clauses follow, as ``_Observation`` leads write them
+_LEAD = re.compile(
+    r"^(?:User asked(?: about| to|:)|User shared [^:]*:|Tool results:|Ran|Assistant proposed:)\s*"
+)
+
+
 def _remembered(previous: str) -> _ThreadNotes:
     """Notes that know what the previous observations already say, and the proposal the last of them
     records, which the first reply of this call may answer."""
@@ -611,8 +641,12 @@ def _remembered(previous: str) -> _ThreadNotes:
             continue
         text = _ANNOTATION.sub("", marked.group(3))
         last = text
-        for clause in text.split("; "):
+        lead = _LEAD.match(text)
+        clauses = text[lead.end() if lead else 0 :].split("; ")
+        for clause in clauses:
             notes.seen.add(_clause_key(clause))
+            if lead is not None and lead.group(0).startswith("User asked"):
+                notes.seen.add(_clause_key(_question_topic(clause)))
         notes.known_details |= {d.lower() for d in details(text)}
     if last.startswith(PROPOSAL_LEAD):
         options = [o.strip() for o in last[len(PROPOSAL_LEAD) :].split("; ")]

@@ -418,9 +418,14 @@ ADVERBS = (
     r"(?:really|still|usually|always|also|just|now|never|often|mostly|actually|definitely|generally|"
     r"currently|mainly|only|already|recently|finally|honestly)"
 )
+# "my X is …": something about the speaker, though often only how it is going ("my inbox is a mess")
+_POSSESSION = re.compile(
+    r"\b(?:my|our)\s+(?:[\w'-]+\s+){0,3}?(?:is|are|was|were|'s|called|named|lives?|works?|runs?|has|have)\b",
+    re.I,
+)
 PERSONAL_CUE = re.compile(
     rf"""
-    \b(?:my|our)\s+(?:[\w'-]+\s+){{0,3}}?(?:is|are|was|were|'s|called|named|lives?|works?|runs?|has|have)\b
+    \b(?:my|our)\s+(?:[\w'-]+\s+){{0,3}}?(?:is|are|was|were|'s)\s+(?:called|named)\b
     | \bi(?:'m|\s+am)\s+(?:(?:a|an|so|very|quite|{ADVERBS})\s+)*
       (?:based|from|married|retired|moving|relocating|flying|travelling|traveling|staying|learning|left-handed)\b
     | \b(?:i|we)\s+(?:{ADVERBS}\s+)*
@@ -478,6 +483,8 @@ def fact_weight(sentence: str) -> int:
     weight += {"strong": 2, "weak": 1, None: 0}[date_firmness(sentence)]
     if PERSONAL_CUE.search(sentence):
         weight += 2
+    elif _POSSESSION.search(sentence):
+        weight += 1
     if HEALTH_AND_DIET.search(sentence):
         weight += 3
     if _RELATION.search(sentence):
@@ -728,13 +735,12 @@ def _option_text(line: str) -> str:
 
 
 def _offers(sentence: str) -> bool:
-    body = trimmed(sentence)
+    """A sentence that puts a value to the user: it recommends, offers or asks about something it names
+    ("Want me to go into more detail?" names nothing to remember)."""
+    if not details(sentence):
+        return False
     asks = sentence.rstrip(" \"')").endswith("?")
-    return bool(
-        _RECOMMENDS.search(sentence)
-        or (_OFFERS.match(body) and (asks or details(sentence)))
-        or (asks and fact_weight(sentence) >= 2)
-    )
+    return bool(_RECOMMENDS.search(sentence) or _OFFERS.match(trimmed(sentence)) or asks)
 
 
 def proposal_of(text: str) -> Proposal | None:
@@ -748,6 +754,8 @@ def proposal_of(text: str) -> Proposal | None:
         elif block.kind == "prose":
             items += [_option_text(line) for line in block.lines if _LIST_MARKER.match(line) and line.strip()]
     sentences = [s for s in split_sentences(text) if not is_filler(s) and not _LIST_MARKER.match(s)]
+    # a list of tips is no choice: options name what they offer
+    items = [item for item in items if details(item)]
     if len(items) >= 2:
         recommending = [s for s in sentences if _RECOMMENDS.search(s)]
         named = [

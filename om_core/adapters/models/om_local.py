@@ -483,11 +483,13 @@ def _observe_assistant(part: _Part, notes: _ThreadNotes) -> None:
 _FAILURE = re.compile(r"\b(?:FAILED|FAIL|ERROR|Error|Exception|Traceback|failed|failure|denied)\b")
 # a measured value: a number with a unit or a percentage
 _MEASURE = re.compile(
-    r"\d(?:[\d.,]*\d)?\s?(?:%|ms|µs|us|ns|s|sec|secs|min|h|kb|mb|gb|tb|kib|mib|gib|rps|qps|req/s|"
-    r"°c|°f|c|kwh|w|kw|v|€|eur|usd|chf|\$)(?![a-z])",
+    r"[€$£¥]\s?\d|\d(?:[\d.,/]*\d)?\s?(?:%|°[cf]?|[a-zµ]{1,4}(?:/[a-z]{1,4})?[²³]?)(?![a-z])",
     re.I,
 )
-_TOOL_FINDINGS = 8
+_TOOL_FINDINGS = 12
+# "confirmed: 115", "setpoint=18.5": a named value
+_LABELLED_VALUE = re.compile(r"^\s*[\w .()/-]{2,40}?\s*[:=]\s*\S*\d")
+_FILE_LINE = re.compile(r"\S+\.\w+:\d+")
 # how long the tool itself took ("75 passed in 29.2s"): the run's business, not a finding
 _OWN_RUN_TIME = re.compile(
     r"\b(?:in|took|after|elapsed|duration:?|time:?)\s+\d[\d.,]*\s?(?:ms|s|sec|secs|seconds|min|minutes)\b",
@@ -509,18 +511,23 @@ def _first_line(text: str, limit: int) -> str:
 
 
 def _tool_findings(text: str) -> list[str]:
-    """What a tool's output measured: its values with a unit or a percentage (JSON leaves, lines, table
-    rows), a few at most; ids, counts and paths are the tool's business."""
+    """What a tool's output found: its values (JSON leaves, ``label: value`` and ``key=value`` lines,
+    table rows, measured values with their units), a dozen at most; how long the tool itself took and
+    where in a file a match sits are the tool's business."""
     candidates: list[str] = []
     for block in blocks(text):
         if block.kind == "json":
-            candidates += json_leaves(block.value, 40)
+            candidates += json_leaves(block.value, _TOOL_FINDINGS)
         elif block.kind == "table":
             candidates += table_rows(block)
         else:
-            candidates += [ln.strip() for ln in block.lines if re.search(r"\d", ln) and ln.strip()]
-    measured = [c for c in candidates if _MEASURE.search(_OWN_RUN_TIME.sub("", c))]
-    return [clip_words(c, 24) for c in measured][:_TOOL_FINDINGS]
+            candidates += [
+                ln.strip()
+                for ln in block.lines
+                if (_LABELLED_VALUE.search(ln) or _MEASURE.search(_OWN_RUN_TIME.sub("", ln)))
+                and not _FILE_LINE.search(ln)
+            ]
+    return [clip_words(c, 24) for c in candidates][:_TOOL_FINDINGS]
 
 
 def _observe_tools(run: list[_Part], notes: _ThreadNotes) -> None:

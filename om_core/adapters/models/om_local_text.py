@@ -18,6 +18,7 @@ Everything here is pure text analysis; the Observer and Reflector that use it li
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from om_core.adapters.models.om_local_dates import date_firmness, firm_date_mentioned
+from om_core.domain.config import DEFAULT_TOKENIZER
+from om_core.domain.tokens import make_tokenizer
 
 # --- words -----------------------------------------------------------------------------------------------
 
@@ -245,6 +248,19 @@ def _json_value(text: str) -> Any:
     return value if isinstance(value, dict | list) and value else None
 
 
+def _json_prefix(text: str) -> tuple[Any, int] | None:
+    """A JSON document opening ``text`` (a payload pasted under a line saying what it is), and how many
+    lines it takes."""
+    try:
+        value, end = json.JSONDecoder().raw_decode(text.lstrip())
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(value, dict | list) or not value:
+        return None
+    consumed = text[: end + len(text) - len(text.lstrip())]
+    return value, consumed.count("\n") + 1
+
+
 def looks_like_code(line: str) -> bool:
     """Program text: a statement, a block, a prompt or markup; not a line of data or measurements, which
     carry their own symbols (``p(95)=857ms``, ``| a | b |``)."""
@@ -285,6 +301,13 @@ def blocks(text: str) -> list[Block]:
                 out.append(Block("code", body))
             index = end + 1
             continue
+        if line.strip().startswith(("{", "[")):
+            embedded = _json_prefix("\n".join(lines[index:]))
+            if embedded is not None:
+                value, used = embedded
+                out.append(Block("json", lines[index : index + used], value=value))
+                index += used
+                continue
         table = _table_run(lines, index) if line.strip() else None
         if table is not None:
             out.append(table[0])
@@ -381,7 +404,18 @@ def _opening_name(sentence: str) -> str | None:
     if lower in _COMMON_OPENERS or lower in STOPWORDS or lower in FILLER_WORDS or GERMAN.search(sentence):
         return None
     rest = sentence.strip()[match.end(1) - len(match.group(1)) + len(word) :]
-    return word if _NAME_FOLLOWERS.match(rest) else None
+    return word if not common_word(word) or _NAME_FOLLOWERS.match(rest) else None
+
+
+_VOCABULARY = make_tokenizer(DEFAULT_TOKENIZER)
+
+
+@functools.lru_cache(maxsize=4096)
+def common_word(word: str) -> bool:
+    """Whether ``word`` is a common word of the language rather than a name: a tokenizer trained on much
+    text holds the common ones whole, in lower case ("progress", "payment"), and spells most names in
+    pieces ("keiko", "solveig")."""
+    return _VOCABULARY.count(" " + word.lower()) == 1
 
 
 def proper_nouns(text: str) -> list[str]:
@@ -743,6 +777,27 @@ def _offers(sentence: str) -> bool:
     return bool(_RECOMMENDS.search(sentence) or _OFFERS.match(trimmed(sentence)) or asks)
 
 
+def _short_option(item: str) -> bool:
+    """An option named in a few words, whatever note follows it ("ING (branch near the office)",
+    "three weeks — less overhead"); a tip is a sentence."""
+    head = re.split(r"\s+[—–-]\s+|:\s|\s*\(", item, maxsplit=1)[0]
+    return len(head.split()) <= 5 and not item.rstrip().endswith(".")
+
+
+def _enumeration(sentence: str) -> list[str]:
+    """The alternatives a sentence lists ("yoga on Tuesdays (easy), swimming twice a week (easy) or a
+    walk"), each with its note; none unless it lists three or more, the last after "or"."""
+    body = sentence.strip().rstrip(".?!")
+    plain = re.sub(r"\([^()]*\)", "", body)
+    if not re.search(r",[^,]+\bor\b", plain):
+        return []
+    parts = re.split(r",\s+(?:or\s+)?|\s+or\s+", body)
+    parts = [p.strip() for p in parts if p.strip()]
+    if len(parts) < 3 or any(len(re.sub(r"\([^()]*\)", "", p).split()) > 6 for p in parts):
+        return []
+    return parts
+
+
 def proposal_of(text: str) -> Proposal | None:
     """The options an assistant message offers: list items or table rows when it has several, else the
     sentences that recommend, offer or ask about something concrete (a question that names a value is a
@@ -754,8 +809,11 @@ def proposal_of(text: str) -> Proposal | None:
         elif block.kind == "prose":
             items += [_option_text(line) for line in block.lines if _LIST_MARKER.match(line) and line.strip()]
     sentences = [s for s in split_sentences(text) if not is_filler(s) and not _LIST_MARKER.match(s)]
-    # a list of tips is no choice: options name what they offer
-    items = [item for item in items if details(item)]
+    # a list of tips is no choice: options name what they offer, or are short
+    items = [item for item in items if details(item) or _short_option(item)]
+    if len(items) < 2:
+        enumerated = [_enumeration(s) for s in sentences]
+        items = next((e for e in enumerated if len(e) >= 3), items)
     if len(items) >= 2:
         recommending = [s for s in sentences if _RECOMMENDS.search(s)]
         named = [

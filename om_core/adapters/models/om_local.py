@@ -17,6 +17,7 @@ import json
 import random
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -329,12 +330,17 @@ def _question_topic(sentence: str) -> str:
 
 
 def _observe_question(part: _Part, sentence: str, notes: _ThreadNotes) -> None:
+    # a question asked again in other words ("back to this: …") is the same question
+    topic = _clause_key(_question_topic(sentence))
+    if topic in notes.seen:
+        return
     if details(sentence):
         observation = _Observation(part.day, part.clock, "🔴", "User asked: {}", "question")
         _remember(notes, observation, [_question_text(sentence)])
     else:
         observation = _Observation(part.day, part.clock, "🟡", "User asked about {}", "question")
         _remember(notes, observation, [_question_topic(sentence)])
+    notes.seen.add(topic)
     notes.last_request, notes.last_request_kind = sentence, "question"
     notes.first_topic = notes.first_topic or sentence
 
@@ -521,11 +527,14 @@ def _tool_findings(text: str) -> list[str]:
         elif block.kind == "table":
             candidates += table_rows(block)
         else:
+            # a line whose shape repeats with other numbers ("request handled in 59ms") is routine
+            shapes = Counter(re.sub(r"\d+", "#", ln.strip()) for ln in block.lines)
             candidates += [
                 ln.strip()
                 for ln in block.lines
                 if (_LABELLED_VALUE.search(ln) or _MEASURE.search(_OWN_RUN_TIME.sub("", ln)))
                 and not _FILE_LINE.search(ln)
+                and shapes[re.sub(r"\d+", "#", ln.strip())] == 1
             ]
     return [clip_words(c, 24) for c in candidates][:_TOOL_FINDINGS]
 

@@ -60,7 +60,7 @@ def kept(lines: list[str], *values: str) -> bool:
     return all(value in text for value in values)
 
 
-# --- 2. what the assistant proposed and the user accepted -----------------------------------------------
+# --- 2. what the assistant proposed and the user accepted ---------------------------------------------------
 
 FERRIES = (
     "I found three crossings for Saturday:\n"
@@ -120,7 +120,7 @@ def test_a_no_is_not_noted_as_a_choice() -> None:
     assert not [line for line in lines if "User chose" in line or "User agreed" in line]
 
 
-# --- 3. pasted tables of any markup ------------------------------------------------------------------------
+# --- 3. pasted tables of any markup -------------------------------------------------------------------------
 
 
 def test_a_markdown_table_is_kept_row_by_row() -> None:
@@ -135,13 +135,16 @@ def test_a_markdown_table_is_kept_row_by_row() -> None:
 
 
 def test_a_table_aligned_with_spaces_or_commas_is_kept_row_by_row() -> None:
-    aligned = "Plot   Crop      Sown\nA1     leeks     12 March\nB4     chard     2 April\nC2     beans     20 April"
+    aligned = (
+        "Plot   Crop      Sown\nA1     leeks     12 March\n"
+        "B4     chard     2 April\nC2     beans     20 April"
+    )
     assert kept(observe([("user", aligned)]), "A1", "leeks", "12 March", "B4", "chard", "C2", "beans")
     csv = "name,role,extension\nOrla,facilities,4412\nBenedikt,reception,4419\nYusra,security,4425"
     assert kept(observe([("user", csv)]), "Orla", "4412", "Benedikt", "4419", "Yusra", "4425")
 
 
-# --- 4. relative dates in any phrasing and language ----------------------------------------------------------
+# --- 4. relative dates in any phrasing and language ---------------------------------------------------------
 
 
 def test_relative_dates_in_words_are_kept_and_resolved_against_the_message_date() -> None:
@@ -167,7 +170,7 @@ def test_relative_dates_in_french_german_and_japanese_are_resolved() -> None:
     assert kept(lines, "3日後です (meaning May 17, 2026)", "mardi prochain (meaning May 19, 2026)")
 
 
-# --- 5. the value cut out of a kept sentence -----------------------------------------------------------------
+# --- 5. the value cut out of a kept sentence ----------------------------------------------------------------
 
 
 def test_a_long_sentence_keeps_its_subject_and_apposition_with_the_value() -> None:
@@ -204,7 +207,7 @@ def test_measurements_in_pasted_output_and_tool_results_are_kept() -> None:
     assert "91%" in observe_transcript(prompt, SYSTEM) and "38 GB" in observe_transcript(prompt, SYSTEM)
 
 
-# --- 6. third-person facts about people and places -------------------------------------------------------------
+# --- 6. third-person facts about people and places ----------------------------------------------------------
 
 
 def test_third_person_facts_opening_with_a_name_or_a_lowercase_phrase_are_kept() -> None:
@@ -230,7 +233,7 @@ def test_small_talk_stays_out() -> None:
     assert lines == [] or all("🟢" in line for line in lines)
 
 
-# --- 7. corrections, and a Reflector that keeps 🔴 lines while lower ones remain --------------------------------
+# --- 7. corrections, and a Reflector that keeps 🔴 lines while lower ones remain -------------------------
 
 
 def reflect(log: str, target: int, level: int) -> str:
@@ -259,7 +262,7 @@ def test_a_corrected_value_ending_in_a_question_mark_replaces_the_stale_one() ->
 
 def test_the_reflector_never_drops_a_red_line_while_a_lower_one_survives() -> None:
     rng = random.Random(20)
-    words = "kettle ferry orchard lantern quarry ribbon saddle tundra velvet walnut harbour meadow".split()
+    words = ["kettle", "ferry", "orchard", "lantern", "quarry", "ribbon", "saddle", "tundra", "velvet"]
     for trial in range(30):
         lines = ["Date: May 14, 2026"]
         for i in range(rng.randint(20, 80)):

@@ -1,9 +1,11 @@
 """``om-local/extractive``: a deterministic model that observes, reflects and extracts with no network.
 
 It reads the requests built by ``om_core.domain.prompts`` by that module's own headings, markers and line
-templates, and answers in the Observer/Reflector output format: user facts near-verbatim, questions,
-assistant outcomes and tool results, relative dates resolved against the transcript's dates. The Reflector
-condenses by priority and compression level while keeping every fact that carries a name or a number.
+templates, and answers in the Observer/Reflector output format: user facts near-verbatim, tables and JSON
+row by row, the value a reply picks from the assistant's proposal, questions by their topic, assistant
+outcomes and tool results by their values, relative dates resolved against the transcript's dates (what it
+reads in text is ``om_local_text``; dates are ``om_local_dates``). The Reflector condenses by priority and
+compression level, dropping what is worth least first and a 🔴 line only once no lower one is left.
 
 Everything here is pure Python and imports nothing of litellm: the litellm handler that wraps ``respond``,
 and its registration, live in ``om_local_llm``, which imports this module and is never imported by it.

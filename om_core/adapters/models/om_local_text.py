@@ -849,7 +849,7 @@ _ORDINALS: dict[str, int] = {
     "letzten": -1, "letzter": -1, "letztes": -1,
 }  # fmt: skip
 _ORDINAL_CHOICE = re.compile(
-    r"\b(?:the|option|le|la|l'|die|der|das|den|option)?\s*(?P<word>" + "|".join(_ORDINALS) + r")\b"
+    r"\b(?:the|option|le|la|l'|die|der|das|den)?\s*(?P<word>" + "|".join(_ORDINALS) + r")\b"
     r"|\b(?:option|number|no\.?|nr\.?|choice|#)\s*(?P<number>\d|[a-e])\b"
     r"|(?P<ja>[1-9一二三四五]|最初|最後)(?:つ目|番目|番|の)",
     re.I,

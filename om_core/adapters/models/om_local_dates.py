@@ -288,6 +288,8 @@ _RULES: tuple[_Rule, ...] = (
         _forward,
     ),
     _rule(rf"\b{_NUMBER}\s+{_UNIT}\s+(?:from\s+(?:now|today)|hence)\b", "meaning", "strong", _forward),
+    # "a week today", "a fortnight tomorrow"
+    _rule(rf"\b{_NUMBER}\s+{_UNIT}\s+today\b", "meaning", "strong", _forward),
     _rule(
         rf"\b{_NUMBER}\s+{_UNIT}\s+from\s+tomorrow\b",
         "meaning",

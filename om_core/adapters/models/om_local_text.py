@@ -382,8 +382,9 @@ _DETAIL_TOKEN = re.compile(
 # how a name goes on, as a common noun opening a sentence rarely does: a possessive, an apposition, a
 # second name, the group it belongs to, or a verb of what people do and own
 _NAME_FOLLOWERS = re.compile(
-    r"^(?:'s\b|’s\b|,\s+(?:my|our|his|her|their|who|whose)\b|\s+and\s+[A-Z]|"
+    r"^(?:'s\b|’s\b|,\s+(?:my|our|his|her|their|who|whose)\b|,\s+the\s+[\w-]+(?=,)|\s+and\s+[A-Z]|"
     r"\s+(?:on|from|at|in|of|with)\s+(?:the|our|my|his|her|their)\s+\w+\s+(?:team|group|side|desk|floor)\b|"
+    r"\s+(?:from|at|in)\s+[\w-]+\s+(?:is|was|will|owns|runs|leads|handles|says|said|wants|has)\b|"
     r"\s+(?:owns|owned|lives|lived|works|worked|runs|ran|leads|led|handles|handled|manages|managed|"
     r"moved|joined|left|said|says|told|called|texted|emailed|wrote|wants|needs|prefers|likes|loves|hates|"
     r"covers|covered|takes|took|knows|studies|teaches|drives|plays|starts|started|arrives|arrived|"
@@ -488,11 +489,17 @@ _RELATION = re.compile(
 )
 # a definite thing and where or when it is: "the spare key is under the blue pot", "bins go out Tuesdays"
 _WHERE_OR_WHEN = re.compile(
-    r"^(?:the|our|my|his|her|their|each|every|all)\s+(?:[\w'-]+\s+){0,4}?"
+    r"^(?:(?:the|our|my|his|her|their|each|every|all)\s+)?(?:[\w'-]+\s+){0,4}?"
     r"(?:is|are|was|were|will|'ll|lives?|sits?|stays?|goes|go|hangs?|belongs?|opens?|closes?|starts?|ends?|"
     r"runs?|comes?|leaves?|arrives?|needs?|must|has\s+to|have\s+to|should|gets?|costs?|takes?|happens?)\b"
     r"(?:\s+[\w'-]+){0,4}?\s+(?:under|in|inside|on|at|behind|beside|next\s+to|near|above|below|by|every|"
-    r"each|until|before|after|from|to|through|via|weekly|daily|monthly|only)\b",
+    r"each|until|before|after|from|to|with|through|via|weekly|daily|monthly|only)\b",
+    re.I,
+)
+# a quantity in words: "two months", "three founders", "a dozen chairs"
+_QUANTITY = re.compile(
+    r"\b(?:two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty|forty|fifty|"
+    r"hundred|dozen|deux|trois|quatre|cinq|dix|zwei|drei|vier|fünf|zehn)\s+[a-zà-ÿ]+s?\b",
     re.I,
 )
 # how small talk sounds: feelings, reactions, the weather, screens
@@ -513,7 +520,11 @@ def fact_weight(sentence: str) -> int:
     identifiers = [d for d in found if re.search(r"[_/.@#-]", d) and not d[:1].isdigit()]
     names = [d for d in found if d[:1].isupper() and d not in identifiers]
     quoted = any(d[:1] in '"“„«' for d in found)
+    numeric = numeric or _QUANTITY.search(sentence) is not None
     weight = 2 * numeric + 2 * bool(identifiers) + quoted + min(2, len(set(names)))
+    # a sentence about a named person states something of them
+    if _opening_name(sentence):
+        weight += 1
     weight += {"strong": 2, "weak": 1, None: 0}[date_firmness(sentence)]
     if PERSONAL_CUE.search(sentence):
         weight += 2
@@ -769,12 +780,12 @@ def _option_text(line: str) -> str:
 
 
 def _offers(sentence: str) -> bool:
-    """A sentence that puts a value to the user: it recommends, offers or asks about something it names
-    ("Want me to go into more detail?" names nothing to remember)."""
-    if not details(sentence):
-        return False
+    """A sentence that puts a value to the user: it recommends one, or offers or asks about something it
+    names ("Want me to go into more detail?" names nothing to remember)."""
+    if _RECOMMENDS.search(sentence):
+        return True
     asks = sentence.rstrip(" \"')").endswith("?")
-    return bool(_RECOMMENDS.search(sentence) or _OFFERS.match(trimmed(sentence)) or asks)
+    return bool(details(sentence)) and bool(_OFFERS.match(trimmed(sentence)) or asks)
 
 
 def _short_option(item: str) -> bool:
@@ -953,9 +964,19 @@ _OFFER_LEAD = re.compile(
 )
 
 
+# what a recommendation says around its value: "Based on what you've told me, X is the one I'd pick"
+_OFFER_FRAME = re.compile(
+    r"^(?:based\s+on\s+[^,]{3,40},\s*|(?:alright|okay|ok|so|then|in\s+that\s+case)[,:;.!]?\s*(?:[—–-]\s*)?)+",
+    re.I,
+)
+_OFFER_TAIL = re.compile(
+    r"\s+(?:is|would\s+be)\s+the\s+one\s+(?:i'?d|i\s+would)\s+\w+|\s*[—–-]\s*it\s+has\s+the\s+best\b.*$", re.I
+)
+
+
 def offered_value(option: str) -> str:
     """An option without the words that offer it: "How about booking the 06:20?" → "booking the 06:20"."""
-    body = _OFFER_LEAD.sub("", option.strip()).rstrip(" ?.")
+    body = _OFFER_TAIL.sub("", _OFFER_LEAD.sub("", _OFFER_FRAME.sub("", option.strip()))).rstrip(" ?.")
     return body[:1].upper() + body[1:] if body else option
 
 

@@ -43,7 +43,7 @@ FILLER_WORDS = _word_set(
     nice awesome sounds sound good yes yeah yep yup no nope nah alright right got it bye see ya cheers
     perfect wow hmm um uh oh ah please np welcome morning evening afternoon night gotcha fine indeed
     exactly agreed that that's thats works will do much so very a lot of course certainly absolutely
-    happy to help glad understood noted makes sense
+    happy to help glad understood noted makes sense ugh meh oof argh phew
     merci oui non d'accord super parfait bien bonjour salut bonsoir ça marche génial
     danke ja nein genau gut super prima klar alles bitte hallo servus toll
     ありがとう はい いいえ うん ええ なるほど 了解 了解です よろしく おはよう こんにちは すごい いいね
@@ -416,7 +416,7 @@ def common_word(word: str) -> bool:
     """Whether ``word`` is a common word of the language rather than a name: a tokenizer trained on much
     text holds the common ones whole, in lower case ("progress", "payment"), and spells most names in
     pieces ("keiko", "solveig")."""
-    return _VOCABULARY.count(" " + word.lower()) == 1
+    return all(_VOCABULARY.count(" " + part) == 1 for part in word.lower().split("-") if part)
 
 
 def proper_nouns(text: str) -> list[str]:
@@ -474,7 +474,7 @@ PERSONAL_CUE = re.compile(
     | \b(?:please\s+(?:always|never|remember|note)|call\s+me|my\s+name|i\s+was\s+born|keep\s+in\s+mind|
          remember\s+that|don't\s+forget|note\s+that)\b
     | \b(?:let's\s+(?:go\s+with|use|pick|stick\s+with|switch\s+to|choose)|we'll\s+use|we\s+will\s+use|
-         going\s+with|decision:|decided|we\s+chose|we\s+picked)
+         going\s+with|decision:|(?:i|we)\s+(?:have\s+|'ve\s+)?decided|we\s+chose|we\s+picked)
     """,
     re.I | re.X,
 )
@@ -507,7 +507,8 @@ _CHATTER = re.compile(
     r"\b(?:lol|lmao|haha\w*|omg|wild|crazy|insane|awesome|amazing|boring|bored|tired|exhausted|lovely|"
     r"fun|funny|hilarious|ridiculous|weird|cute|yummy|delicious|gorgeous|weather|sunny|rainy|raining|"
     r"binge\w*|episode|season|show|movie|film|watched|watching|vibes?|mood|honestly|guess\s+what|"
-    r"can't\s+believe|so\s+good|so\s+bad|not\s+bad|meh|ugh)\b",
+    r"can't\s+believe|so\s+good|so\s+bad|not\s+bad|meh|ugh|awful|terrible|horrible|mess|saga|chaos|"
+    r"nightmare|annoying|stressful|whatever|typical|great|wonderful|brilliant|act(?:ing|ed)?\s+up)\b",
     re.I,
 )
 _FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|my|we|we're|we've|our|me|us)\b", re.I)
@@ -570,7 +571,8 @@ def is_question(sentence: str) -> bool:
     """Asked as a question: a question word or an inverted verb opens it, or it is a short "?" with nothing
     stated. "the gate code is 7731 now?" asks to confirm a value it states, and is read as a statement."""
     body = sentence.strip().rstrip("\"')")
-    opening = body
+    # "back to this: where do I…": a short lead before a colon says how the question comes up
+    opening = re.sub(r"^[^:?]{1,25}:\s+", "", body)
     while (shorter := _DISCOURSE.sub("", opening)) != opening:
         opening = shorter
     if _CJK.search(body):

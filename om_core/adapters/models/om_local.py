@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from om_core.adapters.models.om_local_dates import format_date, parse_month_day_year, resolve_relative_dates
 from om_core.adapters.models.om_local_text import (
+    CORRECTION,
     STOPWORDS,
     Block,
     Proposal,
@@ -415,8 +416,14 @@ def _observe_user(part: _Part, notes: _ThreadNotes) -> None:
         _observe_document(part, sentences, notes)
         return
     facts: list[str] = []
+    correcting = False
     for sentence in sentences:
         kind = classify_user_sentence(sentence)
+        # what follows a correction is the corrected value ("Correction: not a curry. Lasagne."), even in
+        # a sentence that says little on its own
+        if kind == "statement" and correcting:
+            kind = "fact"
+        correcting = CORRECTION.search(sentence) is not None
         if kind in ("filler", "statement"):
             continue
         notes.user_sentences.append(sentence)

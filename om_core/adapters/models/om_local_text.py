@@ -420,14 +420,19 @@ def common_word(word: str) -> bool:
 
 
 def proper_nouns(text: str) -> list[str]:
+    """Capitalised words inside a sentence; after a colon, where a new clause may start with a capital,
+    only those that are no common word."""
     if GERMAN.search(text):
         return []
-    words = list(_CAPITALISED.finditer(text))
-    return [
-        m.group(0)
-        for m in words
-        if m.start() > 0 and not re.search(r"[.!?:]\s*$", text[: m.start()]) and m.group(0) not in _NOT_PROPER
-    ]
+    out: list[str] = []
+    for m in _CAPITALISED.finditer(text):
+        before = text[: m.start()]
+        if m.start() == 0 or re.search(r"[.!?]\s*$", before) or m.group(0) in _NOT_PROPER:
+            continue
+        if re.search(r":\s*$", before) and common_word(m.group(0)):
+            continue
+        out.append(m.group(0))
+    return out
 
 
 def details(sentence: str) -> list[str]:
@@ -470,7 +475,7 @@ PERSONAL_CUE = re.compile(
     | \b(?:i've|i\s+have|we've|we\s+have)\s+been\s+
       (?:learning|playing|studying|living|using|training|taking)\b
     | \bi(?:'d|\s+would)\s+(?:{ADVERBS}\s+)?(?:rather|prefer)\b
-    | \b(?:i|we)\s+(?:can't|cannot|don't|do\s+not|never)\s+(?:eat|have|drink|stand|use|fly|drive)\b
+    | \b(?:i|we)\s+(?:can't|cannot|don't|do\s+not|never)\s+(?:eat|have|drink|stand|use|fly|drive|take)\b
     | \b(?:please\s+(?:always|never|remember|note)|call\s+me|my\s+name|i\s+was\s+born|keep\s+in\s+mind|
          remember\s+that|don't\s+forget|note\s+that)\b
     | \b(?:let's\s+(?:go\s+with|use|pick|stick\s+with|switch\s+to|choose)|we'll\s+use|we\s+will\s+use|
@@ -518,7 +523,9 @@ def fact_weight(sentence: str) -> int:
     """How much a sentence is worth remembering: 2 and more is a fact, less is chatter."""
     found = details(sentence)
     numeric = any(d[:1].isdigit() or d[:1] in "€$£¥" for d in found)
-    identifiers = [d for d in found if re.search(r"[_/.@#-]", d) and not d[:1].isdigit()]
+    identifiers = [
+        d for d in found if not d[:1].isdigit() and (re.search(r"[_/.@#-]", d) or re.search(r"[A-Za-z]\d", d))
+    ]
     names = [d for d in found if d[:1].isupper() and d not in identifiers]
     quoted = any(d[:1] in '"“„«' for d in found)
     numeric = numeric or _QUANTITY.search(sentence) is not None
@@ -541,8 +548,43 @@ def fact_weight(sentence: str) -> int:
         weight += 1
     if _CJK.search(sentence) and re.search(r"(?:さん|様|くん|ちゃん|先生|[ァ-ヴー]{3,})", sentence):
         weight += 2
+    if _LABELLED.match(sentence.strip()) or CORRECTION.search(sentence):
+        weight += 2
+    weight += sum(
+        1
+        for found in (
+            _PLAN.search(sentence),
+            _DAY_OF_TRIP.search(sentence),
+            _DEFINITION.match(sentence.strip()),
+            _COMPOUND.search(sentence),
+        )
+        if found
+    )
     weight -= min(2, len(_CHATTER.findall(sentence)))
     return weight
+
+
+# "Day trip: Oaxaca.", "First up: behavioural stories.": a note of a label and its value
+_LABELLED = re.compile(r"^[\w'’ -]{2,30}:\s+\S+(?:\s+\S+){0,5}[.!]?$")
+# a value corrected: what a later statement of it replaces
+CORRECTION = re.compile(
+    r"\b(?:correction|change\s+of\s+plan|scratch\s+that|i\s+meant|(?:had|got)\s+[\w' ]{1,40}\s+wrong|"
+    r"instead\s+of|no\s+longer|not\s+[\w' -]{1,30}\s+any\s?more|moved\s+again|changed\s+again|"
+    r"rectificatif|plutôt|korrektur|stattdessen|doch\s+nicht|訂正|変更)\b",
+    re.I,
+)
+# what the speaker is doing, and when: "we're doing the night market walk on day two"
+_PLAN = re.compile(r"\b(?:i'm|i\s+am|we're|we\s+are|i'll|we'll)\s+(?:\w+ing|going\s+to)\b", re.I)
+_DAY_OF_TRIP = re.compile(
+    r"\bon\s+(?:the\s+)?(?:day\s+(?:\d+|one|two|three|four|five|six|seven)|\w+\s+day)\b", re.I
+)
+# "the service on fire is ledger-worker": a definite thing and what it is
+_DEFINITION = re.compile(
+    r"^(?:the|our|my)\s+(?:[\w'-]+\s+){1,5}?(?:is|are)\s+(?!a\b|an\b|so\b|very\b|really\b|just\b|pretty\b|"
+    r"quite\b|too\b|not\b|still\b|kind\b|being\b|getting\b)[\w-]+",
+    re.I,
+)
+_COMPOUND = re.compile(r"\b[a-z]+-[a-z]+\b(?<!-on)(?<!-up)(?<!-in)")
 
 
 _QUESTION_START = re.compile(

@@ -43,7 +43,7 @@ FILLER_WORDS = _word_set(
     nice awesome sounds sound good yes yeah yep yup no nope nah alright right got it bye see ya cheers
     perfect wow hmm um uh oh ah please np welcome morning evening afternoon night gotcha fine indeed
     exactly agreed that that's thats works will do much so very a lot of course certainly absolutely
-    happy to help glad understood noted makes sense ugh meh oof argh phew
+    happy to help glad understood noted makes sense ugh meh oof argh phew tbh imo ngl idk fyi omg
     merci oui non d'accord super parfait bien bonjour salut bonsoir ça marche génial
     danke ja nein genau gut super prima klar alles bitte hallo servus toll
     ありがとう はい いいえ うん ええ なるほど 了解 了解です よろしく おはよう こんにちは すごい いいね
@@ -196,8 +196,11 @@ def _is_row_of(cells: list[str], width: int) -> bool:
 
 
 def _header_like(cells: list[str]) -> bool:
-    """A first row of column names: short words, none a number."""
-    return all(cell and len(cell.split()) <= 4 and not re.search(r"\d", cell) for cell in cells)
+    """A first row of column names: short words, none a number or an amount ("p99" is a name)."""
+    return all(
+        cell and len(cell.split()) <= 4 and not re.fullmatch(r"[€$£¥]?[\d.,:/%\s-]+\w{0,3}", cell)
+        for cell in cells
+    )
 
 
 def _table_run(lines: Sequence[str], start: int) -> tuple[Block, int] | None:
@@ -293,6 +296,10 @@ def blocks(text: str) -> list[Block]:
             body = lines[index + 1 : end]
             value = _json_value("\n".join(body))
             inner = [b for b in blocks("\n".join(body)) if b.kind == "table"] if value is None else []
+            if value is None and not inner and line.strip()[3:].strip().lower() in ("csv", "tsv"):
+                separator = "\t" if "\t" in "".join(body) else ";" if ";" in "".join(body) else ","
+                rows = [_separated_cells(b, separator) for b in body if b.strip()]
+                inner = [Block("table", body, rows[0], rows[1:])] if len(rows) >= 2 else []
             if value is not None:
                 out.append(Block("json", body, value=value))
             elif inner:
@@ -397,7 +404,7 @@ def _opening_name(sentence: str) -> str | None:
     """The sentence's first word when it reads as a name: capitalised, no common word, and followed as a
     name is — by a verb ("Keiko owns…", "Priya moved…"), an apposition ("Sanne, my best friend…"), a
     possessive, or a group it belongs to ("Keiko on the platform team…"). "Truth be told" is no name."""
-    match = re.match(r"[\"'“(]*([A-Z][a-zà-ÿ'’-]+)\b", sentence.strip())
+    match = re.match(r"[\"'“(]*([A-Za-z][a-zà-ÿ'’-]+)\b", sentence.strip())
     if match is None:
         return None
     word = match.group(1).rstrip("'’s") if match.group(1).endswith(("'s", "’s")) else match.group(1)
@@ -405,7 +412,15 @@ def _opening_name(sentence: str) -> str | None:
     if lower in _COMMON_OPENERS or lower in STOPWORDS or lower in FILLER_WORDS or GERMAN.search(sentence):
         return None
     rest = sentence.strip()[match.end(1) - len(match.group(1)) + len(word) :]
-    return word if not common_word(word) or _NAME_FOLLOWERS.match(rest) else None
+    if word[0].isupper():
+        return word if not common_word(word) or _NAME_FOLLOWERS.match(rest) else None
+    # typed in lower case ("sanne will run the coding round"): no common word, followed as a name is
+    if common_word(word) or len(word) < 3:
+        return None
+    return word if _NAME_FOLLOWERS.match(rest) or _AUXILIARY_FOLLOWER.match(rest) else None
+
+
+_AUXILIARY_FOLLOWER = re.compile(r"^\s+(?:is|was|will|can|has|does|did|'s|’s)\b")
 
 
 _VOCABULARY = make_tokenizer(DEFAULT_TOKENIZER)
@@ -521,6 +536,8 @@ _FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|my|we|we're|we've|our|me|u
 
 def fact_weight(sentence: str) -> int:
     """How much a sentence is worth remembering: 2 and more is a fact, less is chatter."""
+    # the discourse words around it say nothing ("Plus the service on fire is…"); its capitals stay as typed
+    sentence = LEADING_DISCOURSE.sub("", sentence.strip()).strip() or sentence
     found = details(sentence)
     numeric = any(d[:1].isdigit() or d[:1] in "€$£¥" for d in found)
     identifiers = [
@@ -555,6 +572,7 @@ def fact_weight(sentence: str) -> int:
         for found in (
             _PLAN.search(sentence),
             _DAY_OF_TRIP.search(sentence),
+            _HABITUAL.search(sentence),
             _DEFINITION.match(sentence.strip()),
             _COMPOUND.search(sentence),
         )
@@ -575,6 +593,12 @@ CORRECTION = re.compile(
 )
 # what the speaker is doing, and when: "we're doing the night market walk on day two"
 _PLAN = re.compile(r"\b(?:i'm|i\s+am|we're|we\s+are|i'll|we'll)\s+(?:\w+ing|going\s+to)\b", re.I)
+# a schedule: "deploys go out Wednesdays", "every other Monday", "weekday mornings"
+_HABITUAL = re.compile(
+    r"\b(?:mon|tues|wednes|thurs|fri|satur|sun)days\b|\bevery\s+(?:other\s+)?\w+day\b|"
+    r"\bweekday\s+(?:mornings|evenings|nights)\b|\b(?:lundis|mardis|montags|dienstags|mittwochs|freitags)\b",
+    re.I,
+)
 _DAY_OF_TRIP = re.compile(
     r"\bon\s+(?:the\s+)?(?:day\s+(?:\d+|one|two|three|four|five|six|seven)|\w+\s+day)\b", re.I
 )
@@ -649,7 +673,7 @@ LEADING_DISCOURSE = re.compile(
     r"(?:sorry,? )?(?:asking|to ask) again|again|in case it's relevant|i should mention(?: that)?|"
     r"something to remember|i never said|not going to lie|honestly|to be fair|i mean|funny enough|"
     r"the thing is|truth be told|sorry|noted|got it|understood|sure|of course|great|perfect|wait|"
-    r"oh wait|ah|ahh|um|uh)\b"
+    r"oh wait|ah|ahh|um|uh|plus|meant to say(?: earlier)?)\b"
     r"\s*[,:;.!—–-]*\s*)+",
     re.I,
 )
@@ -795,7 +819,8 @@ def assistant_line(sentence: str) -> str:
 _RECOMMENDS = re.compile(
     r"\b(?:recommend\w*|suggest\w*|best\s+(?:fit|option|choice|bet|match|one|pick)|my\s+(?:pick|choice|"
     r"favou?rite)|i'?d\s+(?:go\s+with|pick|choose|take|book)|top\s+pick|ideal|would\s+be\s+(?:best|"
-    r"perfect|ideal)|works\s+best|fits\s+best|go\s+for|je\s+(?:recommande|conseille|propose)|"
+    r"perfect|ideal)|works\s+best|fits\s+best|go\s+for|stands\s+out|makes\s+the\s+most\s+sense|"
+    r"(?:safest|best|smartest)\s+(?:choice|bet|option)|je\s+(?:recommande|conseille|propose)|"
     r"ich\s+(?:empfehle|schlage)|おすすめ|お勧め)\b",
     re.I,
 )
@@ -823,10 +848,14 @@ def _option_text(line: str) -> str:
     return body.rstrip(".")
 
 
+# a value put as a question: "How about a roast?", "Would the 9:15 work?"
+_VALUE_OFFER = re.compile(r"^(?:how\s+about|what\s+about|would\s+.+\s+work\b|et\s+si|wie\s+wäre)", re.I)
+
+
 def _offers(sentence: str) -> bool:
-    """A sentence that puts a value to the user: it recommends one, or offers or asks about something it
-    names ("Want me to go into more detail?" names nothing to remember)."""
-    if _RECOMMENDS.search(sentence):
+    """A sentence that puts a value to the user: it recommends one or asks about one, or offers something
+    it names ("Want me to go into more detail?" names nothing to remember)."""
+    if _RECOMMENDS.search(sentence) or _VALUE_OFFER.match(trimmed(sentence)):
         return True
     asks = sentence.rstrip(" \"')").endswith("?")
     return bool(details(sentence)) and bool(_OFFERS.match(trimmed(sentence)) or asks)
@@ -1003,6 +1032,7 @@ _OFFER_LEAD = re.compile(
     r"(?:how\s+about|what\s+about|would\s+you\s+(?:like|prefer)(?:\s+me\s+to)?|shall\s+i|should\s+i|"
     r"do\s+you\s+want(?:\s+me\s+to)?|want\s+me\s+to|i\s+can|i\s+could|we\s+could|you\s+could|"
     r"i'?d\s+(?:suggest|recommend|go\s+with|pick)|i\s+(?:suggest|recommend)|my\s+(?:pick|suggestion)\s+is|"
+    r"looking\s+at\s+everything,|would|"
     r"the\s+best\s+(?:fit|option|choice|bet)\s+is|why\s+not|maybe|perhaps)\s+",
     re.I,
 )
@@ -1014,7 +1044,9 @@ _OFFER_FRAME = re.compile(
     re.I,
 )
 _OFFER_TAIL = re.compile(
-    r"\s+(?:is|would\s+be)\s+the\s+one\s+(?:i'?d|i\s+would)\s+\w+|\s*[—–-]\s*it\s+has\s+the\s+best\b.*$", re.I
+    r"\s+(?:is|would\s+be)\s+the\s+one\s+(?:i'?d|i\s+would)\s+\w+|\s*[—–-]\s*it(?:\s+has\s+the\s+best|'s\s+the)\b.*$|"
+    r":\s+it\s+has\s+the\s+best\b.*$|\s+(?:stands\s+out|makes\s+the\s+most\s+sense)\b.*$|\s+work\b(?=[^,]*$)",
+    re.I,
 )
 
 

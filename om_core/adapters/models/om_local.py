@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from om_core.adapters.models.om_local_dates import format_date, parse_month_day_year, resolve_relative_dates
 from om_core.adapters.models.om_local_text import (
+    ASKS_TO_CHOOSE,
     CORRECTION,
     STOPWORDS,
     Block,
@@ -258,6 +259,8 @@ class _ThreadNotes:
     # what the assistant's last message put to the user, and the line that says so
     proposal: Proposal | None = None
     proposal_line: _Observation | None = None
+    # whether the user's last message asked the assistant to help choose
+    asked_to_choose: bool = False
 
 
 def _with_dates(text: str, day: date | None) -> str:
@@ -403,6 +406,7 @@ def _observe_reply(part: _Part, notes: _ThreadNotes) -> str:
 
 
 def _observe_user(part: _Part, notes: _ThreadNotes) -> None:
+    notes.asked_to_choose = ASKS_TO_CHOOSE.search(part.text) is not None
     text = _observe_reply(part, notes)
     prose: list[str] = []
     for block in blocks(text):
@@ -466,7 +470,7 @@ def _observe_proposal(part: _Part, proposal: Proposal, notes: _ThreadNotes) -> N
 
 
 def _observe_assistant(part: _Part, notes: _ThreadNotes) -> None:
-    proposal = proposal_of(part.text)
+    proposal = proposal_of(part.text, notes.asked_to_choose)
     offered = set(proposal.options) if proposal is not None else set()
     prose = "\n".join(line for b in blocks(part.text) if b.kind == "prose" for line in b.lines)
     sentences = [s for s in split_sentences(prose) if not is_filler(s) and not looks_like_code(s)]
@@ -617,6 +621,9 @@ def _nothing_new(thread: _Thread, notes: _ThreadNotes) -> None:
     notes.observations.append(_Observation(last.day, last.clock, "🟢", text))
 
 
+_MERGED_PER_LINE = 4
+
+
 def _merged_questions(observations: list[_Observation]) -> list[_Observation]:
     """The questions of one day on one line (at the first one's time), and the same for routine tool
     runs: they matter less than the facts, and a line each would cost more than what they say."""
@@ -625,6 +632,9 @@ def _merged_questions(observations: list[_Observation]) -> list[_Observation]:
     for obs in observations:
         mergeable = obs.lead and (obs.kind == "question" or (obs.kind == "tool" and obs.priority == "🟡"))
         head = open_line.get((obs.day, obs.priority, obs.lead)) if mergeable else None
+        # a line of a few questions, so that no line grows long
+        if head is not None and head.text.count("; ") >= _MERGED_PER_LINE - 1:
+            head = None
         if head is None:
             out.append(obs)
             if mergeable:

@@ -816,14 +816,28 @@ def assistant_line(sentence: str) -> str:
 # --- a proposal and the reply that takes it up ------------------------------------------------------------
 
 # a recommendation, or an offer to do something
+# a recommendation in the assistant's own voice
 _RECOMMENDS = re.compile(
-    r"\b(?:recommend\w*|suggest\w*|best\s+(?:fit|option|choice|bet|match|one|pick)|my\s+(?:pick|choice|"
-    r"favou?rite)|i'?d\s+(?:go\s+with|pick|choose|take|book)|top\s+pick|ideal|would\s+be\s+(?:best|"
-    r"perfect|ideal)|works\s+best|fits\s+best|go\s+for|stands\s+out|makes\s+the\s+most\s+sense|"
-    r"(?:safest|best|smartest)\s+(?:choice|bet|option)|je\s+(?:recommande|conseille|propose)|"
-    r"ich\s+(?:empfehle|schlage)|おすすめ|お勧め)\b",
+    r"\b(?:recommend\w*|suggest\w*|best\s+(?:fit|option|match|pick)|my\s+(?:pick|choice|"
+    r"favou?rite)|i'?d\s+(?:go\s+with|pick|choose|take|book)|top\s+pick|"
+    r"je\s+(?:recommande|conseille|propose)|ich\s+(?:empfehle|schlage)|おすすめ|お勧め)\b",
     re.I,
 )
+# words that praise a thing: a recommendation when the user asked to choose, else as often a tip
+# ("a short thank-you note still stands out")
+_PRAISES = re.compile(
+    r"\b(?:ideal|would\s+be\s+(?:best|perfect|ideal)|works\s+best|fits\s+best|go\s+for|stands\s+out|"
+    r"makes\s+the\s+most\s+sense|(?:safest|best|smartest)\s+(?:choice|bet|option|one))\b",
+    re.I,
+)
+# a user turn asking to choose: what the assistant answers it with is a proposal
+ASKS_TO_CHOOSE = re.compile(
+    r"\b(?:which|choose|chose|pick|decide|prioriti[sz]e|should\s+(?:i|we)|any\s+thoughts|recommend|"
+    r"suggest|better|go\s+with|options?|lequel|laquelle|choisir|welche[nrs]?|wählen|どれ|どちら)\b",
+    re.I,
+)
+
+
 _OFFERS = re.compile(
     r"^(?:how\s+about|what\s+about|would|shall\s+i|should\s+i|do\s+you\s+want|want\s+me\s+to|"
     r"can\s+i|could\s+i|i\s+can|i\s+could|we\s+could|you\s+could|why\s+not|maybe|perhaps|or|"
@@ -852,10 +866,16 @@ def _option_text(line: str) -> str:
 _VALUE_OFFER = re.compile(r"^(?:how\s+about|what\s+about|would\s+.+\s+work\b|et\s+si|wie\s+wäre)", re.I)
 
 
-def _offers(sentence: str) -> bool:
+def _recommends(sentence: str, asked_to_choose: bool) -> bool:
+    return bool(
+        _RECOMMENDS.search(sentence) or (_PRAISES.search(sentence) and (asked_to_choose or details(sentence)))
+    )
+
+
+def _offers(sentence: str, asked_to_choose: bool) -> bool:
     """A sentence that puts a value to the user: it recommends one or asks about one, or offers something
     it names ("Want me to go into more detail?" names nothing to remember)."""
-    if _RECOMMENDS.search(sentence) or _VALUE_OFFER.match(trimmed(sentence)):
+    if _recommends(sentence, asked_to_choose) or _VALUE_OFFER.match(trimmed(sentence)):
         return True
     asks = sentence.rstrip(" \"')").endswith("?")
     return bool(details(sentence)) and bool(_OFFERS.match(trimmed(sentence)) or asks)
@@ -882,7 +902,7 @@ def _enumeration(sentence: str) -> list[str]:
     return parts
 
 
-def proposal_of(text: str) -> Proposal | None:
+def proposal_of(text: str, asked_to_choose: bool = False) -> Proposal | None:
     """The options an assistant message offers: list items or table rows when it has several, else the
     sentences that recommend, offer or ask about something concrete (a question that names a value is a
     proposal: "How about the 06:20 from Schiphol?"), split at "or" when one sentence offers two."""
@@ -899,7 +919,7 @@ def proposal_of(text: str) -> Proposal | None:
         enumerated = [_enumeration(s) for s in sentences]
         items = next((e for e in enumerated if len(e) >= 3), items)
     if len(items) >= 2:
-        recommending = [s for s in sentences if _RECOMMENDS.search(s)]
+        recommending = [s for s in sentences if _recommends(s, True)]
         named = [
             i
             for i, item in enumerate(items)
@@ -907,7 +927,7 @@ def proposal_of(text: str) -> Proposal | None:
             if any(d in s for d in details(item)[:2] if not d[:1].isdigit() or len(d) >= 3)
         ]
         return Proposal(tuple(items), named[0] if named else None)
-    offered = [s for s in sentences if _offers(s)]
+    offered = [s for s in sentences if _offers(s, asked_to_choose)]
     if not offered:
         return None
     if len(offered) == 1:
@@ -919,7 +939,7 @@ def proposal_of(text: str) -> Proposal | None:
     options = tuple(s.rstrip(" ?.") for s in offered)
     if offered[-1] == sentences[-1] and offered[-1].rstrip(" \"')").endswith("?"):
         return Proposal(options, len(options) - 1)
-    recommended = next((i for i, s in enumerate(offered) if _RECOMMENDS.search(s)), None)
+    recommended = next((i for i, s in enumerate(offered) if _recommends(s, asked_to_choose)), None)
     return Proposal(options, recommended if recommended is not None else len(options) - 1)
 
 

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -426,6 +426,151 @@ def _append(deps: Deps, turn: Turn, role: str) -> AppendOutcome:
         "createdAt": _iso(at),
     }
     return append_messages(deps, tenant=TENANT, thread_id=THREAD, messages=[message])
+
+
+# --- Mastra's rendering of the log for the context ---------------------------------------------------------
+#
+# ``optimizeObservationsForContext`` and ``addRelativeTimeToObservations`` of Mastra 1.31, transcribed
+# statement by statement with their own regular expressions and JavaScript's date arithmetic (a date
+# string is local midnight, "now" an instant), to hold om's rendering against. The one departure is the
+# one the reference makes: a markdown link keeps its text.
+
+
+def mastra_context_observations(observations: str, now: datetime) -> str:
+    optimized = re.sub(r"(^|\n)([^\S\n]*)\[(O\d+(?:-N\d+)?)\][^\S\n]*", r"\1\2", observations)
+    optimized = re.sub(r"🟡\s*", "", optimized)
+    optimized = re.sub(r"🟢\s*", "", optimized)
+    optimized = re.sub(r"\[(?![\d\s]*items collapsed)[^\]]+\](?!\()", "", optimized)
+    optimized = re.sub(r"\s*->\s*", " ", optimized)
+    optimized = re.sub(r"  +", " ", optimized)
+    optimized = re.sub(r"\n{3,}", "\n\n", optimized).strip()
+    return _mastra_add_relative_time(optimized, now)
+
+
+def _js_date(month: str, day: str, year: str, now: datetime) -> datetime | None:
+    """``new Date("May 15, 2023")``: local midnight (here: in ``now``'s zone); days past a month's end roll
+    into the next month, as JavaScript's do."""
+    index = {name.lower(): i for i, name in enumerate(_MONTHS, 1)}.get(month[:3].lower())
+    if index is None:
+        return None
+    first = datetime(int(year), index, 1, tzinfo=now.tzinfo)
+    return first + timedelta(days=int(day) - 1)
+
+
+def _js_days(earlier: datetime, later: datetime) -> int:
+    return int((later - earlier).total_seconds() // 86400)
+
+
+def _mastra_relative(target: datetime, now: datetime) -> str:
+    days = _js_days(target, now)
+    if days < 0:
+        future = -days
+        if future == 1:
+            return "tomorrow"
+        if future < 7:
+            return f"in {future} days"
+        if future < 14:
+            return "in 1 week"
+        if future < 30:
+            return f"in {future // 7} weeks"
+        if future < 60:
+            return "in 1 month"
+        if future < 365:
+            return f"in {future // 30} months"
+        years = future // 365
+        return f"in {years} year{'s' if years > 1 else ''}"
+    if days == 0:
+        return "today"
+    if days == 1:
+        return "yesterday"
+    if days < 7:
+        return f"{days} days ago"
+    if days < 14:
+        return "1 week ago"
+    if days < 30:
+        return f"{days // 7} weeks ago"
+    if days < 60:
+        return "1 month ago"
+    if days < 365:
+        return f"{days // 30} months ago"
+    return f"{days // 365} year{'s' if days // 365 > 1 else ''} ago"
+
+
+def _mastra_gap(earlier: datetime, later: datetime) -> str | None:
+    days = _js_days(earlier, later)
+    if days <= 1:
+        return None
+    if days < 7:
+        return f"[{days} days later]"
+    if days < 14:
+        return "[1 week later]"
+    if days < 30:
+        return f"[{days // 7} weeks later]"
+    if days < 60:
+        return "[1 month later]"
+    return f"[{days // 30} months later]"
+
+
+def _mastra_date_from_content(content: str, now: datetime) -> datetime | None:
+    simple = re.search(r"([A-Z][a-z]+)\s+(\d{1,2}),?\s+(\d{4})", content)
+    if simple and (found := _js_date(*simple.groups(), now)) is not None:
+        return found
+    ranged = re.search(r"([A-Z][a-z]+)\s+(\d{1,2})-\d{1,2},?\s+(\d{4})", content)
+    if ranged and (found := _js_date(*ranged.groups(), now)) is not None:
+        return found
+    vague = re.search(
+        r"(late|early|mid)[- ]?(?:to[- ]?(?:late|early|mid)[- ]?)?([A-Z][a-z]+)\s+(\d{4})", content, re.I
+    )
+    if vague:
+        day = {"early": "7", "late": "23"}.get(vague.group(1).lower(), "15")
+        if (found := _js_date(vague.group(2), day, vague.group(3), now)) is not None:
+            return found
+    cross = re.search(r"([A-Z][a-z]+)\s+to\s+(?:early\s+)?([A-Z][a-z]+)\s+(\d{4})", content, re.I)
+    if cross:
+        return _js_date(cross.group(2), "1", cross.group(3), now)
+    return None
+
+
+_MASTRA_FUTURE_INTENT = (
+    r"\bwill\s+(?:be\s+)?(?:\w+ing|\w+)\b",
+    r"\bplans?\s+to\b",
+    r"\bplanning\s+to\b",
+    r"\blooking\s+forward\s+to\b",
+    r"\bgoing\s+to\b",
+    r"\bintends?\s+to\b",
+    r"\bwants?\s+to\b",
+    r"\bneeds?\s+to\b",
+    r"\babout\s+to\b",
+)
+
+
+def _mastra_add_relative_time(observations: str, now: datetime) -> str:
+    def expand(match: re.Match[str]) -> str:
+        prefix, content = match.group(1), match.group(2)
+        target = _mastra_date_from_content(content, now)
+        if target is None:
+            return match.group(0)
+        relative = _mastra_relative(target, now)
+        before = observations[observations.rfind("\n", 0, match.start()) + 1 : match.start()]
+        if target < now and any(re.search(p, before, re.I) for p in _MASTRA_FUTURE_INTENT):
+            return f"({prefix} {content} - {relative}, likely already happened)"
+        return f"({prefix} {content} - {relative})"
+
+    with_inline = re.sub(r"\((estimated|meaning)\s+([^)]+\d{4})\)", expand, observations, flags=re.I)
+    headers = []
+    for found in re.finditer(r"^(Date:\s*)([A-Z][a-z]+) (\d{1,2}), (\d{4})$", with_inline, re.M):
+        day = _js_date(found.group(2), found.group(3), found.group(4), now)
+        if day is not None:
+            headers.append((found, day))
+    result = ""
+    last = 0
+    for index, (found, day) in enumerate(headers):
+        result += with_inline[last : found.start()]
+        if index > 0 and (gap := _mastra_gap(headers[index - 1][1], day)) is not None:
+            result += f"\n{gap}\n\n"
+        result += f"{found.group(1)}{found.group(0)[len(found.group(1)) :]} ({_mastra_relative(day, now)})"
+        last = found.end()
+    return result + with_inline[last:]
 
 
 # --- om's record, shaped like Mastra's ---------------------------------------------------------------------

@@ -104,9 +104,8 @@ def format_gap_between_dates(earlier: date | datetime, later: date | datetime) -
         return f"[{_plural(days, 'day')} later]"
     if days < 30:
         return f"[{_plural(days // 7, 'week')} later]"
-    if days < 365:
-        return f"[{_plural(days // 30, 'month')} later]"
-    return f"[{_plural(days // 365, 'year')} later]"
+    # months however far apart, as Mastra writes them
+    return f"[{_plural(days // 30, 'month')} later]"
 
 
 def format_relative_time(target: date | datetime, now: date | datetime) -> str:

@@ -24,31 +24,38 @@ from om_core.domain.dates import (
 
 _DATE_HEADER = re.compile(r"^\s*Date:\s*(?P<date>.+?)\s*$")
 _LIST_MARKER = re.compile(r"^\s*(?:[-*•]|\d+[.)])?\s*")
-_ANCHOR_ID = re.compile(r"\[O\d+(?:-N\d+)?\]")
-# A short word-like label such as ``[tool]`` or ``[user-pref]``. Collapsed/truncated markers start with a
-# digit, attachment placeholders contain ``#``/``:``, markdown links are followed by ``(``: none match.
-_LABEL = re.compile(r"\[[A-Za-z][\w\- ]{1,30}\](?!\()")
-_ARROW = re.compile(r"[ \t]*->[ \t]*")
-_INNER_SPACES = re.compile(r"(?<=\S)[ \t]{2,}")
+# What the context leaves out of each line, as Mastra's regular expressions have it: an anchor id opening a
+# line (its indentation stays), a 🟡/🟢 marker with the whitespace after it, a bracketed tag other than a
+# collapsed-items marker or a markdown link's text, an arrow with the whitespace around it.
+_ANCHOR_AT_LINE_START = re.compile(r"(^|\n)([^\S\n]*)\[O\d+(?:-N\d+)?\][^\S\n]*")
+_LOW_PRIORITY_MARKER = re.compile(r"[🟡🟢]\s*")
+_TAG = re.compile(r"\[(?![\d\s]*items collapsed)[^\]]+\](?!\()")
+_ARROW = re.compile(r"\s*->\s*")
+_SPACES = re.compile(r"  +")
 _MANY_NEWLINES = re.compile(r"\n{3,}")
-_RESOLVED_DATE = re.compile(r"\((?P<kind>meaning|estimated)\s+(?P<body>[^()]*?)\s*\)")
-_FUTURE_INTENT = re.compile(
-    r"\b(?:will|plans? to|planning to|going to|needs? to|wants? to|about to|intends? to|"
-    r"expects? to|hopes? to|scheduled|upcoming)\b",
-    re.IGNORECASE,
+_CONTEXT_DATE_HEADER = re.compile(r"^(?P<prefix>Date:\s*)(?P<date>[A-Z][a-z]+ \d{1,2}, \d{4})$", re.M)
+_RESOLVED_DATE = re.compile(r"\((?P<kind>estimated|meaning)\s+(?P<body>[^)]+\d{4})\)", re.I)
+_SIMPLE_DATE = re.compile(r"(?P<month>[A-Z][a-z]+)\s+(?P<day>\d{1,2}),?\s+(?P<year>\d{4})")
+_DAY_RANGE = re.compile(r"(?P<month>[A-Z][a-z]+)\s+(?P<day>\d{1,2})-\d{1,2},?\s+(?P<year>\d{4})")
+_VAGUE_MONTH = re.compile(
+    r"(?P<modifier>late|early|mid)[- ]?(?:to[- ]?(?:late|early|mid)[- ]?)?"
+    r"(?P<month>[A-Z][a-z]+)\s+(?P<year>\d{4})",
+    re.I,
 )
-_THREAD_OPEN = re.compile(r'^\s*<thread\s+id="(?P<id>[^"]*)"[^>]*>\s*$')
-_THREAD_CLOSE = re.compile(r"^\s*</thread>\s*$")
+_MONTH_SPAN = re.compile(r"[A-Z][a-z]+\s+to\s+(?:early\s+)?(?P<month>[A-Z][a-z]+)\s+(?P<year>\d{4})", re.I)
+_FUTURE_INTENT = re.compile(
+    r"\bwill\s+(?:be\s+)?\w+|\bplans?\s+to\b|\bplanning\s+to\b|\blooking\s+forward\s+to\b|"
+    r"\bgoing\s+to\b|\bintends?\s+to\b|\bwants?\s+to\b|\bneeds?\s+to\b|\babout\s+to\b",
+    re.I,
+)
 _GROUP = re.compile(
     r"<observation-group\b(?P<attrs>[^>]*)>\n?(?P<body>.*?)\n?</observation-group>", re.DOTALL
 )
 _GROUP_TAG_LINE = re.compile(r"^[ \t]*</?observation-group\b[^>]*>[ \t]*\n?", re.MULTILINE)
 _GROUP_TAG = re.compile(r"</?observation-group\b[^>]*>")
 _ATTRIBUTE = re.compile(r'(?P<name>[\w-]+)="(?P<value>[^"]*)"')
-_BOUNDARY_LINE = re.compile(r"^--- message boundary \(.*\) ---$", re.MULTILINE)
 
 IMPORTANT_MARKERS = ("🔴", "✅")
-LOW_PRIORITY_MARKERS = ("🟡", "🟢")
 
 
 _TRUNCATION_MARKER_TEXT = "[{count} observations truncated here]"
@@ -233,57 +240,83 @@ def truncate_previous_observations(
     return TruncationResult(truncation_marker(budgeter.visible(0, len(lines))), True)
 
 
-def _drop_low_priority(lines: list[str]) -> list[str]:
-    """Remove 🟡/🟢 lines with their indented sub-bullets, then ``Date:`` headers left with nothing."""
-    kept: list[str] = []
-    dropped_indent: int | None = None
-    for line in lines:
-        indent = len(line) - len(line.lstrip())
-        if dropped_indent is not None and line.strip() and indent > dropped_indent:
-            continue
-        dropped_indent = None
-        if _marker_of(line).startswith(LOW_PRIORITY_MARKERS):
-            dropped_indent = indent
-            continue
-        kept.append(line)
-
-    result: list[str] = []
-    for index, line in enumerate(kept):
-        if _is_date_header(line):
-            following = next((later for later in kept[index + 1 :] if later.strip()), None)
-            if following is None or _is_date_header(following) or following.lstrip().startswith(("<", "---")):
-                continue
-        result.append(line)
-    return result
+def _clean_for_context(text: str) -> str:
+    """Mastra's ``optimizeObservationsForContext``, step by step: anchors, the 🟡/🟢 markers (the line's
+    text stays), ``[label]`` tags, arrows, runs of spaces and of blank lines."""
+    text = _ANCHOR_AT_LINE_START.sub(r"\1\2", text)
+    text = _LOW_PRIORITY_MARKER.sub("", text)
+    text = _TAG.sub("", text)
+    text = _ARROW.sub(" ", text)
+    text = _SPACES.sub(" ", text)
+    return _MANY_NEWLINES.sub("\n\n", text).strip()
 
 
-def _clean_line(line: str) -> str:
-    line = _ANCHOR_ID.sub("", line)
-    line = _LABEL.sub("", line)
-    line = _ARROW.sub(" ", line)
-    return _INNER_SPACES.sub(" ", line).rstrip()
+def _inline_date(body: str) -> date | None:
+    """The day a ``(meaning …)``/``(estimated …)`` note names: a date, the first day of a range, the
+    7th/15th/23rd of an early/mid/late month, or the first of the second month of a cross-month span."""
+    found = _SIMPLE_DATE.search(body) or _DAY_RANGE.search(body)
+    if found is not None:
+        return _calendar_date(found["month"], int(found["day"]), int(found["year"]))
+    vague = _VAGUE_MONTH.search(body)
+    if vague is not None:
+        day = {"early": 7, "late": 23}.get(vague["modifier"].lower(), 15)
+        return _calendar_date(vague["month"], day, int(vague["year"]))
+    span = _MONTH_SPAN.search(body)
+    if span is not None:
+        return _calendar_date(span["month"], 1, int(span["year"]))
+    return None
 
 
-def _expand_resolved_dates(line: str, today: date) -> str:
+def _calendar_date(month: str, day: int, year: int) -> date | None:
+    return parse_date_text(f"{month} {day}, {year}")
+
+
+def _expand_resolved_dates(text: str, today: date) -> str:
     def expand(match: re.Match[str]) -> str:
-        resolved = parse_date_text(match["body"])
+        resolved = _inline_date(match["body"])
         if resolved is None:
             return match.group(0)
         note = format_relative_time(resolved, today)
-        if resolved < today and _FUTURE_INTENT.search(line):
+        # the intent is read in the line's text before the note; a day is past from its first moment
+        line_before = text[text.rfind("\n", 0, match.start()) + 1 : match.start()]
+        if resolved <= today and _FUTURE_INTENT.search(line_before):
             note += ", likely already happened"
-        return f"({match['kind']} {match['body']} — {note})"
+        return f"({match['kind']} {match['body']} - {note})"
 
-    return _RESOLVED_DATE.sub(expand, line)
+    return _RESOLVED_DATE.sub(expand, text)
+
+
+def _add_relative_time(text: str, today: date) -> str:
+    """Mastra's ``addRelativeTimeToObservations``: inline notes, then each ``Date:`` header with its
+    distance from today and, before it, a gap line when it is far from the header before it."""
+    text = _expand_resolved_dates(text, today)
+    out: list[str] = []
+    last = 0
+    previous: date | None = None
+    for header in _CONTEXT_DATE_HEADER.finditer(text):
+        day = parse_date_text(header["date"])
+        if day is None:
+            continue
+        out.append(text[last : header.start()])
+        gap = format_gap_between_dates(previous, day) if previous is not None else None
+        if gap is not None:
+            out.append(f"\n{gap}\n\n")
+        out.append(f"{header['prefix']}{header['date']} ({format_relative_time(day, today)})")
+        last = header.end()
+        previous = day
+    out.append(text[last:])
+    return "".join(out)
 
 
 def optimize_observations_for_context(text: str, now: datetime) -> str:
-    """The log as the actor sees it: high-signal lines only, with dates made relative to ``now``.
+    """The log as the actor sees it, as Mastra renders it (``optimizeObservationsForContext``, then
+    ``addRelativeTimeToObservations``).
 
-    Drops 🟡/🟢 lines, anchor ids, ``[label]`` tags and ``->`` arrows, tidies spacing, then annotates
-    ``Date:`` headers with their distance from today, puts a ``[N days later]``-style line between date
-    groups far apart, and expands ``(meaning …)``/``(estimated …)`` dates, flagging planned events whose
-    date has passed as likely done. ``now`` is read in its own zone.
+    Every line stays: the 🟡/🟢 markers go (🔴 and ✅ stay), as do anchor ids, ``[label]`` tags (not
+    ``[N items collapsed…]`` markers or a markdown link's text) and ``->`` arrows; runs of spaces and of
+    blank lines shrink. Then each ``Date:`` header gets its distance from today, a ``[N days later]``-style
+    line goes between date groups far apart, and ``(meaning …)``/``(estimated …)`` dates get their distance
+    too, flagging planned events whose date has passed as likely done. ``now`` is read in its own zone.
     """
     return _optimized_for_day(text, now.date())
 
@@ -292,26 +325,7 @@ def optimize_observations_for_context(text: str, now: datetime) -> str:
 # changes only with the day, so one rendering per segment and day serves every read of that day.
 @functools.lru_cache(maxsize=256)
 def _optimized_for_day(text: str, today: date) -> str:
-    lines = [_clean_line(line) for line in _drop_low_priority(text.split("\n"))]
-    out: list[str] = []
-    previous_date: date | None = None
-    for line in lines:
-        header = _DATE_HEADER.match(line)
-        if _THREAD_OPEN.match(line) or _THREAD_CLOSE.match(line):
-            previous_date = None
-        elif header is not None:
-            day = parse_date_text(header["date"])
-            if day is not None:
-                if previous_date is not None:
-                    gap = format_gap_between_dates(previous_date, day)
-                    if gap is not None:
-                        out.extend([gap, ""] if out and not out[-1] else ["", gap, ""])
-                previous_date = day
-                line = f"{line} ({format_relative_time(day, today)})"
-        else:
-            line = _expand_resolved_dates(line, today)
-        out.append(line)
-    return _MANY_NEWLINES.sub("\n\n", "\n".join(out)).strip()
+    return _add_relative_time(_clean_for_context(text), today)
 
 
 def observation_group_id(seed: str) -> str:

@@ -9,11 +9,14 @@ of deliberate differences in docs/architecture.md describes.
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from om_core.domain.config import parse_memory_config
+from om_core.domain.context import OBSERVATIONS_CLOSE, OBSERVATIONS_OPEN, build_context
 from om_core.domain.events import SyncObservationCompleted
 from om_core.domain.message_input import normalize_message
 from om_core.domain.transcript import format_transcript
@@ -136,6 +139,44 @@ def test_the_double_writes_what_mastras_mock_observer_wrote() -> None:
         "Date: Jan 6, 2025\n* 🔴 (09:00) User said: Can you help me with the garden shed?"
     )
     assert parity.tokenx(written) == 417
+
+
+# a log with every construct the context rewrites, in the forms real Observers write them
+EVERY_CONSTRUCT = """Date: Jan 6, 2025
+* 🔴 (09:00) [O1] User's allotment is plot 31 [garden, plot]
+  [O1-N1] * 🟡 the water tap -> left of the gate
+* 🟡 (09:05)   Assistant listed seed suppliers, see [the list](https://seeds.example/list)
+* 🟢 (09:07) User might join the committee [72 items collapsed - ID: b1fa]
+* ✅ (09:10) User will order the compost tomorrow (meaning Jan 7, 2025)
+
+
+
+Date: January 20, 2025
+* 🔴 (10:00) User plans to repaint the shed (estimated late January 2025)
+* 🔴 (10:01) User went away (estimated Jan 10-12, 2025) and wants to go again (estimated March to April 2025)
+Date: Mar 30, 2025
+* 🟡 (11:00) -> the hedge was cut"""
+
+
+def test_the_context_renders_the_log_as_mastra_does(
+    compared: tuple[parity.Replay, dict[str, Any], dict[str, Any]],
+) -> None:
+    # each log segment is one system message between the observation tags, rendered as Mastra renders
+    # the log: every line kept, the 🟡/🟢 markers, anchors, tags and arrows gone, dates made relative
+    run, _, _ = compared
+    config = parse_memory_config(parity.profile_for(parity.load_trace(run.name)))
+    extra = run.final.log[0].model_copy(update={"text": EVERY_CONSTRUCT})
+    state = run.final.model_copy(update={"log": [*run.final.log, extra]})
+    assert len(run.final.log) >= 2
+    start = datetime(2025, 1, 6, 9, 30, tzinfo=UTC)
+    for now in (
+        start + timedelta(days=days, hours=hours) for days in (0, 1, 5, 20, 90, 400) for hours in (0, 13)
+    ):
+        system = build_context(state, config, now).system
+        rendered = system[system.index(OBSERVATIONS_OPEN) + 1 : system.index(OBSERVATIONS_CLOSE)]
+        expected = [parity.mastra_context_observations(segment.text, now) for segment in state.log]
+        assert rendered == [text for text in expected if text.strip()]
+        assert not any(marker in text for text in rendered for marker in ("🟡", "🟢", "[O1", "->"))
 
 
 def _rules() -> list[str]:

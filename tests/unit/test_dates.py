@@ -27,7 +27,7 @@ MINUTE = 60_000
         (20, "[2 weeks later]"),
         (45, "[1 month later]"),
         (90, "[3 months later]"),
-        (400, "[1 year later]"),
+        (400, "[13 months later]"),
     ],
 )
 def test_gap_between_dates_scenario_34(days: int, expected: str | None) -> None:

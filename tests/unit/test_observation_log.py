@@ -117,26 +117,37 @@ def test_truncation_respects_budget_or_returns_only_marker(lines: list[str], bud
 NOW = datetime(2023, 5, 20, 12, 0, tzinfo=UTC)
 
 
-def test_optimize_drops_low_priority_and_noise() -> None:
+def test_optimize_removes_the_low_priority_markers_and_keeps_their_lines_and_sub_bullets() -> None:
+    # the 🟡/🟢 emoji goes with the whitespace after it; the line and what is indented under it stay
     text = "\n".join(
         [
             "Date: May 15, 2023",
-            "* 🔴 (10:00) [O12] User  likes [preference] tea -> green tea, see [docs](https://x.y)",
-            "* 🟡 (10:05) Assistant ran tools",
-            "  * -> tool output",
+            "* 🔴 (10:00) [O12] User  likes [preference, drink] tea -> green tea, see [docs](https://x.y)",
+            "* 🟡 (10:05) Assistant compared three kettles for the user",
+            "  * -> the glass one holds 1.7 litres",
             "* ✅ (10:10) [3 items collapsed] User finished setup",
             "",
             "",
             "",
             "Date: May 16, 2023",
-            "* 🟢 (11:00) minor",
+            "* 🟢 (11:00) User mentioned the kettle whistles",
         ]
     )
     assert optimize_observations_for_context(text, NOW) == (
         "Date: May 15, 2023 (5 days ago)\n"
         "* 🔴 (10:00) User likes tea green tea, see [docs](https://x.y)\n"
-        "* ✅ (10:10) [3 items collapsed] User finished setup"
+        "* (10:05) Assistant compared three kettles for the user\n"
+        " * the glass one holds 1.7 litres\n"
+        "* ✅ (10:10) [3 items collapsed] User finished setup\n"
+        "\n"
+        "Date: May 16, 2023 (4 days ago)\n"
+        "* (11:00) User mentioned the kettle whistles"
     )
+
+
+def test_optimize_strips_anchor_ids_only_where_they_open_a_line() -> None:
+    text = "* 🔴 [O3] (09:00) User's locker is 14\n  [O3-N1] * code 4471"
+    assert optimize_observations_for_context(text, NOW) == "* 🔴 (09:00) User's locker is 14\n * code 4471"
 
 
 def test_optimize_adds_gap_lines_between_distant_date_groups() -> None:
@@ -163,10 +174,22 @@ def test_optimize_expands_resolved_dates_and_flags_past_plans() -> None:
         "* 🔴 (10:03) Something (meaning sometime soon)"
     )
     lines = optimize_observations_for_context(text, NOW).split("\n")
-    assert lines[1].endswith("(meaning May 12, 2023 — 1 week ago, likely already happened)")
-    assert lines[2].endswith("(meaning May 9, 2023 — 1 week ago)")
-    assert lines[3].endswith("(estimated May 27, 2023 — in 1 week)")
+    assert lines[1].endswith("(meaning May 12, 2023 - 1 week ago, likely already happened)")
+    assert lines[2].endswith("(meaning May 9, 2023 - 1 week ago)")
+    assert lines[3].endswith("(estimated May 27, 2023 - in 1 week)")
     assert lines[4].endswith("(meaning sometime soon)")
+
+
+def test_optimize_reads_ranges_and_vague_dates_in_notes_as_mastra_does() -> None:
+    text = (
+        "* 🔴 User will repaint the shed (estimated May 27-28, 2023)\n"
+        "* 🔴 User moved flats (estimated late April 2023)\n"
+        "* 🔴 User wants to plant beans (estimated April to May 2023)"
+    )
+    lines = optimize_observations_for_context(text, NOW).split("\n")
+    assert lines[0].endswith("(estimated May 27-28, 2023 - in 1 week)")
+    assert lines[1].endswith("(estimated late April 2023 - 3 weeks ago)")
+    assert lines[2].endswith("(estimated April to May 2023 - 2 weeks ago, likely already happened)")
 
 
 # Retrieval groups, slices, resource-scope sections

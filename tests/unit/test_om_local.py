@@ -93,7 +93,7 @@ def test_observer_keeps_user_facts_with_their_names_and_numbers_as_lines_about_t
 
 def test_observer_records_questions_briefly_and_resolves_relative_dates() -> None:
     lines = observation_lines(observe_transcript(observer_prompt(TRANSCRIPT), SYSTEM))
-    assert "* 🟡 (14:31) User asked: help me plan the trip" in lines
+    assert "* 🟡 (14:31) User asked about plan trip" in lines
     # a question that names something (a day, a place) is kept where the agent sees it
     assert "* 🔴 (16:01) User asked: what's the weather like next Friday (meaning Jan 9, 2026)" in lines
 
@@ -116,7 +116,7 @@ def test_observer_drops_filler_and_small_talk() -> None:
     only_filler = "Jan 5 2026:\nUser (9:00 AM): ok thanks lol\nAssistant: Sure!\nUser: yes"
     assert observe_transcript(observer_prompt(only_filler), SYSTEM).startswith(
         "<observations>\nDate: Jan 5, 2026\n"
-        "* 🟢 (09:00) Conversation went on (3 messages), nothing new to remember\n</observations>"
+        "* 🟢 (09:00) Small talk (3 messages), nothing to remember\n</observations>"
     )
 
 
@@ -427,7 +427,7 @@ def test_observer_merges_a_days_questions_and_routine_tool_runs_and_reports_fail
         "Assistant: I'll fix test_rounds_negative_totals next."
     )
     lines = observation_lines(observe_transcript(observer_prompt(transcript), SYSTEM))
-    assert lines[0] == "* 🟡 (09:00) User asked: run the linter again; should this be a dataclass"
+    assert lines[0] == "* 🟡 (09:00) User asked about run linter again; dataclass"
     assert lines[1] == "* 🟡 (09:00) Ran run_linter"
     assert lines[2] == (
         "* 🔴 (09:05) run_tests failed: "
@@ -443,7 +443,9 @@ def test_observer_keeps_what_the_assistant_commits_to() -> None:
         "Assistant: Happy to help. I'll draft the email to Henrik Lund this afternoon. I hope that helps."
     )
     lines = observation_lines(observe_transcript(observer_prompt(transcript), SYSTEM))
-    assert lines == ["* 🔴 (09:00) Assistant will draft the email to Henrik Lund this afternoon"]
+    assert lines == [
+        "* 🔴 (09:00) Assistant will draft the email to Henrik Lund this afternoon (meaning Mar 3, 2026)"
+    ]
 
 
 def test_observer_reduces_a_pasted_document_to_the_sentences_that_carry_details() -> None:
@@ -459,7 +461,7 @@ def test_observer_reduces_a_pasted_document_to_the_sentences_that_carry_details(
     lines = observation_lines(output)
     assert lines[0].startswith("* 🔴 (09:00) User shared a text (")
     assert lines[0].endswith(": The door code for the site is 4417.; Questions go to Noor Dufresne.")
-    assert lines[1] == "* 🟡 (09:00) User asked: summarise this"
+    assert lines[1] == "* 🟡 (09:00) User asked about summarise"
     assert count_tokens("\n".join(lines)) * 3 < count_tokens(body)
 
 

@@ -1,9 +1,11 @@
 """``om-local/extractive``: a deterministic model that observes, reflects and extracts with no network.
 
 It reads the requests built by ``om_core.domain.prompts`` by that module's own headings, markers and line
-templates, and answers in the Observer/Reflector output format: user facts near-verbatim, questions,
-assistant outcomes and tool results, relative dates resolved against the transcript's dates. The Reflector
-condenses by priority and compression level while keeping every fact that carries a name or a number.
+templates, and answers in the Observer/Reflector output format: user facts near-verbatim, tables and JSON
+row by row, the value a reply picks from the assistant's proposal, questions by their topic, assistant
+outcomes and tool results by their values, relative dates resolved against the transcript's dates (what it
+reads in text is ``om_local_text``; dates are ``om_local_dates``). The Reflector condenses by priority and
+compression level, dropping what is worth least first and a 🔴 line only once no lower one is left.
 
 Everything here is pure Python and imports nothing of litellm: the litellm handler that wraps ``respond``,
 and its registration, live in ``om_local_llm``, which imports this module and is never imported by it.
@@ -17,11 +19,41 @@ import json
 import random
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date
 from typing import Any, Literal
 
+from om_core.adapters.models.om_local_dates import format_date, parse_month_day_year, resolve_relative_dates
+from om_core.adapters.models.om_local_text import (
+    ASKS_TO_CHOOSE,
+    CORRECTION,
+    STOPWORDS,
+    Block,
+    Proposal,
+    assistant_line,
+    blocks,
+    chosen_option,
+    classify_user_sentence,
+    clip_words,
+    content_words,
+    details,
+    essential,
+    fact_weight,
+    is_filler,
+    is_question,
+    json_leaves,
+    looks_like_code,
+    offered_value,
+    proposal_of,
+    reply_choice,
+    split_sentences,
+    strip_list_marker,
+    table_rows,
+    third_person,
+    trimmed,
+)
 from om_core.domain.config import DEFAULT_TOKENIZER
 from om_core.domain.observation_log import is_truncation_marker
 from om_core.domain.prompts import (
@@ -73,203 +105,22 @@ def count_tokens(text: str) -> int:
     return make_tokenizer(DEFAULT_TOKENIZER).count(text)
 
 
-# --- dates and sentences ---------------------------------------------------------------------------------
+# --- words the Observer and Reflector look for -------------------------------------------------------
 
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-_MONTH_INDEX = {name.lower(): i + 1 for i, name in enumerate(_MONTHS)}
-_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_NUMBER_WORDS = {
-    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
-    "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12,
-}  # fmt: skip
-_COUNT = r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
-
-
-def format_date(day: date) -> str:
-    """``Jan 6, 2026``: the form of ``Date:`` headers and ``(meaning …)`` annotations."""
-    return f"{_MONTHS[day.month - 1]} {day.day}, {day.year}"
-
-
-def _parse_month_day_year(month: str, day: str, year: str) -> date | None:
-    index = _MONTH_INDEX.get(month[:3].lower())
-    if index is None:
-        return None
-    try:
-        return date(int(year), index, int(day))
-    except ValueError:
-        return None
-
-
-def _add_months(day: date, months: int) -> date:
-    month_index = day.year * 12 + day.month - 1 + months
-    year, month = divmod(month_index, 12)
-    for candidate in (day.day, 30, 29, 28):
-        try:
-            return date(year, month + 1, candidate)
-        except ValueError:
-            continue
-    raise AssertionError("every month has 28 days")
-
-
-def _count(word: str) -> int:
-    return int(word) if word.isdigit() else _NUMBER_WORDS[word]
-
-
-def _shift(day: date, amount: int, unit: str) -> date:
-    if unit.startswith("month"):
-        return _add_months(day, amount)
-    return day + timedelta(days=amount * (7 if unit.startswith("week") else 1))
-
-
-_RELATIVE_PATTERNS: tuple[tuple[re.Pattern[str], str, Callable[[re.Match[str], date], date]], ...] = (
-    (re.compile(r"\bday after tomorrow\b", re.I), "meaning", lambda m, d: d + timedelta(days=2)),
-    (re.compile(r"\bday before yesterday\b", re.I), "meaning", lambda m, d: d - timedelta(days=2)),
-    (re.compile(r"(?<!after )\btomorrow\b", re.I), "meaning", lambda m, d: d + timedelta(days=1)),
-    (re.compile(r"(?<!before )\byesterday\b", re.I), "meaning", lambda m, d: d - timedelta(days=1)),
-    (
-        re.compile(rf"\bin {_COUNT} (days?|weeks?|months?)\b", re.I),
-        "meaning",
-        lambda m, d: _shift(d, _count(m.group(1).lower()), m.group(2).lower()),
-    ),
-    (
-        re.compile(rf"\b{_COUNT} (days?|weeks?|months?) ago\b", re.I),
-        "meaning",
-        lambda m, d: _shift(d, -_count(m.group(1).lower()), m.group(2).lower()),
-    ),
-    (
-        re.compile(rf"\b(next|this|on|last) ({'|'.join(_WEEKDAYS)})\b", re.I),
-        "meaning",
-        lambda m, d: _weekday_from(d, m.group(1).lower(), m.group(2).lower()),
-    ),
-    (re.compile(r"\bnext week\b", re.I), "estimated", lambda m, d: d + timedelta(days=7)),
-    (re.compile(r"\blast week\b", re.I), "estimated", lambda m, d: d - timedelta(days=7)),
-    (re.compile(r"\bnext month\b", re.I), "estimated", lambda m, d: _add_months(d, 1)),
-    (re.compile(r"\blast month\b", re.I), "estimated", lambda m, d: _add_months(d, -1)),
-)
-
-
-def _weekday_from(day: date, qualifier: str, weekday: str) -> date:
-    target = _WEEKDAYS.index(weekday)
-    if qualifier == "last":
-        return day - timedelta(days=(day.weekday() - target - 1) % 7 + 1)
-    # "next Friday" and "this Friday" both name the first Friday after today: the reading most people use
-    # when today is early in the week, and the only one that never skips a week.
-    return day + timedelta(days=(target - day.weekday() - 1) % 7 + 1)
-
-
-def resolve_relative_dates(text: str, day: date) -> str:
-    """``(meaning Jan 6, 2026)``-style annotations for the relative dates in ``text``, or ``""``."""
-    found: list[tuple[int, str]] = []
-    taken: list[tuple[int, int]] = []
-    for pattern, kind, resolve in _RELATIVE_PATTERNS:
-        for match in pattern.finditer(text):
-            if any(start < match.end() and match.start() < end for start, end in taken):
-                continue
-            taken.append(match.span())
-            found.append((match.start(), f"{kind} {format_date(resolve(match, day))}"))
-    return " ".join(f"({note})" for _, note in sorted(found))
-
-
-_ABBREVIATIONS = frozenset(
-    {"mr", "mrs", "ms", "dr", "st", "vs", "etc", "e.g", "i.e", "jr", "sr", "prof", "no"}
-)
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
-
-
-def split_sentences(text: str) -> list[str]:
-    sentences: list[str] = []
-    for paragraph in re.split(r"\n\s*", text):
-        start = 0
-        for match in _SENTENCE_END.finditer(paragraph):
-            head = paragraph[start : match.start()].rstrip(".!?\"')]")
-            last_word = head.rsplit(maxsplit=1)[-1].lower() if head.split() else ""
-            if last_word in _ABBREVIATIONS or (len(last_word) == 1 and last_word.isalpha()):
-                continue
-            sentences.append(paragraph[start : match.end()].strip())
-            start = match.end()
-        sentences.append(paragraph[start:].strip())
-    return [s for s in sentences if s]
-
-
-def _word_set(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-_WORD = re.compile(r"[A-Za-z][A-Za-z'’]*|\d[\d,.:/-]*")
-_FILLER_WORDS = _word_set(
-    """ok okay k kk thanks thank thx ty you lol lmao rofl haha hah hehe hi hello hey yo sure cool great
-    nice awesome sounds sound good yes yeah yep yup no nope nah alright right got it bye see ya cheers
-    perfect wow hmm um uh oh ah please np welcome morning evening afternoon night gotcha fine indeed
-    exactly agreed that that's thats works will do much so very a lot of course certainly absolutely
-    happy to help glad understood noted makes sense"""
-)
-_STOPWORDS = _word_set(
-    """a an the and or but if then so to of in on at for with from by about as into over after before
-    is are was were be been being am do does did have has had i me my mine we our us you your he she it
-    they them their this that these those there here what which who whom whose when where why how can
-    could would should will shall may might must not no yes just also very really please let lets let's
-    i'm i've i'd i'll it's that's what's don't can't want need like know tell help make get give some any
-    all more most other such only own same than too s t"""
-)
 _FIRST_PERSON_FACT = re.compile(
     r"\b(my|mine|our|ours|we|we're|we've|we'll|call me|remember|i'm|im|i am|i've|i have|i had|i was|"
     r"i'll|i will|i'd|i live|i work|i like|i love|i hate|i prefer|i need|i want|i own|i use|i moved|"
     r"i bought|i started|i got|i usually|i always|i never|i plan|i'm planning|born)\b",
     re.I,
 )
-_NOT_PROPER = frozenset({"I", "I'm", "I've", "I'll", "I'd", "User", "Assistant", "Tool", "OK", "Ok"})
-_CAPITALISED = re.compile(r"\b[A-Z][\w'’&-]*")
-_QUESTION_START = re.compile(
-    r"^(what|what's|how|why|when|where|who|which|whose|is|are|was|were|do|does|did|can|could|would|"
-    r"should|will|shall|may|have|has)\b",
-    re.I,
-)
-_REQUEST_START = re.compile(
-    r"^(please|pls|let's|lets|help|write|create|make|build|find|show|give|tell|explain|list|add|remove|"
-    r"fix|update|change|plan|book|schedule|remind|send|draft|summari[sz]e|translate|check|compare|"
-    r"suggest|recommend|calculate|generate|set|draft|can you|could you|would you|i need you|i want you)\b",
-    re.I,
-)
+
 _COMPLETION = re.compile(
     r"\b(done|completed?|fixed|finished|resolved|deployed|merged|implemented|booked|scheduled|sent|saved)\b"
     r"|\bi(?:'ve| have) (?:now |just |already )?\w+ed\b",
     re.I,
 )
+
 _NEGATION = re.compile(r"\b(not|n't|never|couldn't|can't|unable|failed)\b|n't\b", re.I)
-
-
-def _content_words(sentence: str) -> list[str]:
-    return [w for w in _WORD.findall(sentence) if w.lower().strip("'’") not in _STOPWORDS]
-
-
-def is_filler(sentence: str) -> bool:
-    """Greetings, thanks and acknowledgements: nothing worth remembering."""
-    words = [w.lower().strip("'’") for w in _WORD.findall(sentence)]
-    return not words or all(w in _FILLER_WORDS or w in _STOPWORDS for w in words)
-
-
-def _proper_nouns(text: str) -> list[str]:
-    words = list(_CAPITALISED.finditer(text))
-    return [
-        m.group(0)
-        for m in words
-        if m.start() > 0 and not re.search(r"[.!?:]\s*$", text[: m.start()]) and m.group(0) not in _NOT_PROPER
-    ]
-
-
-def carries_fact_detail(text: str) -> bool:
-    """Names and numbers: the details a condensed memory must never lose."""
-    return bool(re.search(r"\d", text)) or bool(_details(text))
-
-
-def _clip_words(sentence: str, limit: int) -> str:
-    words = sentence.split()
-    return sentence if len(words) <= limit else " ".join(words[:limit]).rstrip(",;:") + "…"
-
-
-def _looks_like_code(line: str) -> bool:
-    symbols = sum(1 for ch in line if ch in "{}[]();=<>$#\\|`")
-    return len(line) > 0 and symbols / len(line) > 0.08
 
 
 # --- request sections ------------------------------------------------------------------------------------
@@ -356,7 +207,7 @@ def parse_transcript(transcript: str) -> list[_Thread]:
             continue
         header = _DATE_HEADER.match(line)
         if header:
-            day = _parse_month_day_year(*header.groups()) or day
+            day = parse_month_day_year(*header.groups()) or day
             current = None
             continue
         part = _PART_LINE.match(line)
@@ -405,6 +256,11 @@ class _ThreadNotes:
     seen: set[str] = field(default_factory=set)
     # the detail tokens already remembered: an assistant repeating them adds nothing
     known_details: set[str] = field(default_factory=set)
+    # what the assistant's last message put to the user, and the line that says so
+    proposal: Proposal | None = None
+    proposal_line: _Observation | None = None
+    # whether the user's last message asked the assistant to help choose
+    asked_to_choose: bool = False
 
 
 def _with_dates(text: str, day: date | None) -> str:
@@ -412,162 +268,11 @@ def _with_dates(text: str, day: date | None) -> str:
     return f"{text} {note}" if note else text
 
 
-_DETAIL_TOKEN = re.compile(
-    r"[€$£¥]?\d[\d,.:/-]*[%\w]*"  # numbers, amounts, times, dates, versions
-    r"|\b\w+(?:[_/.@#]\w+)+\b"  # identifiers, paths, handles, dotted names
-    r"|\"[^\"\n]{2,60}\"|“[^”\n]{2,60}”"  # quoted wording
-)
-_HEALTH_AND_DIET = re.compile(
-    r"\b(?:allerg\w*|intoleran\w*|diabet\w*|vegetarian|vegan|gluten|lactose|kosher|halal|coeliac|celiac|"
-    r"pregnan\w*|asthma\w*|epilep\w*)\b",
-    re.I,
-)
-_ADVERBS = (
-    r"(?:really|still|usually|always|also|just|now|never|often|mostly|actually|definitely|generally|"
-    r"currently|mainly|only|already|recently|finally|honestly)"
-)
-_PERSONAL_CUE = re.compile(
-    rf"""
-    \b(?:my|our)\s+(?:[\w'-]+\s+){{0,3}}?(?:is|are|was|were|'s|called|named|lives?|works?|runs?|has|have)\b
-    | \bi(?:'m|\s+am)\s+(?:(?:a|an|so|very|quite|{_ADVERBS})\s+)*
-      (?:based|from|married|retired|moving|relocating|flying|travelling|traveling|staying|learning|left-handed)\b
-    | \b(?:i|we)\s+(?:{_ADVERBS}\s+)*
-      (?:prefer|like|love|hate|dislike|enjoy|play|speak|drive|own|live|work|study|teach|support|follow|use|
-         avoid|moved|bought|sold|switched|left|joined|started|quit|decided|booked|reserved|cancell?ed|
-         canceled|renamed|upgraded|chose|picked|plan|intend)\b
-    | \b(?:i've|i\s+have|we've|we\s+have)\s+been\s+
-      (?:learning|playing|studying|living|using|training|taking)\b
-    | \bi(?:'d|\s+would)\s+(?:{_ADVERBS}\s+)?(?:rather|prefer)\b
-    | \b(?:i|we)\s+(?:can't|cannot|don't|do\s+not|never)\s+(?:eat|have|drink|stand|use|fly|drive)\b
-    | \b(?:please\s+(?:always|never|remember|note)|call\s+me|my\s+name|i\s+was\s+born|keep\s+in\s+mind|
-         remember\s+that|don't\s+forget|note\s+that)\b
-    | \b(?:let's\s+(?:go\s+with|use|pick|stick\s+with|switch\s+to|choose)|we'll\s+use|we\s+will\s+use|
-         going\s+with|decision:|decided|we\s+chose|we\s+picked)
-    """,
-    re.I | re.X,
-)
-_CORRECTION_CUE = re.compile(
-    r"\b(?:actually|correction|scratch that|change of plan|changed|instead|no longer|anymore|any more|"
-    r"rebooked|switched|mistyped|i meant|update|moved to|slipped to|renamed|now)\b",
-    re.I,
-)
-_LEADING_DISCOURSE = re.compile(
-    r"^(?:(?:by the way|btw|oh|and|also|anyway|so|well|ok|okay|right|hmm|just so you know|for context|"
-    r"for the record|for what it's worth|fyi|before i forget|quick note|one more thing|random thing,? but|"
-    r"(?:sorry,? )?(?:asking|to ask) again|again|in case it's relevant|i should mention(?: that)?|"
-    r"something to remember|i never said|not going to lie|honestly|to be fair|i mean|funny enough|"
-    r"the thing is|truth be told|sorry|noted|got it|understood|sure|of course|great|perfect)\b"
-    r"\s*[,:;.!—–-]*\s*)+",
-    re.I,
-)
-_TRAILING_TAIL = re.compile(
-    r"(?:\s*[,;—–-]\s*(?:by the way|if that matters|if that's (?:fine|ok|okay)|if that helps|"
-    r"just so you know|"
-    r"in case (?:you need it|it matters)|anyway|though|honestly|lol|haha|sadly|if (?:the|a) form needs it|"
-    r"not sure if (?:that|it) matters))+\s*(?=[.!]?$)",
-    re.I,
-)
 _QUESTION_WORDS = re.compile(r"^(?:sorry,? )?(?:can|could|would|will) you (?:please )?", re.I)
-_IRREGULAR_PAST = _word_set(
-    """was had got made took left bought sold went came saw met told said thought kept found paid lost ran
-    drove flew grew knew wrote read put set cut quit spent sent built felt heard held slept woke began became
-    did could would should might must may can will shall"""
-)
-_THIRD_PERSON = {"am": "is", "'m": "is", "have": "has", "'ve": "has", "do": "does", "go": "goes",
-                 "don't": "doesn't", "haven't": "hasn't", "'ll": "will", "'d": "would"}  # fmt: skip
-
-
-def _conjugate(verb: str) -> str:
-    lower = verb.lower()
-    if lower in _THIRD_PERSON:
-        return _THIRD_PERSON[lower]
-    if lower in _IRREGULAR_PAST or lower.endswith(("ed", "n't")) or not lower.isalpha():
-        return verb
-    if lower.endswith(("s", "sh", "ch", "x", "z", "o")):
-        return verb + "es"
-    if len(lower) > 2 and lower.endswith("y") and lower[-2] not in "aeiou":
-        return verb[:-1] + "ies"
-    return verb + "s"
-
-
-_FIRST_PERSON_VERB = re.compile(rf"\b[Ii](?:['’](m|ve|ll|d)\b|\s+(?:({_ADVERBS})\s+)?([A-Za-z'’]+))")
-
-
-def third_person(text: str) -> str:
-    """What a user said about themselves, as a line about the user: ``I live in Porto`` → ``User lives in
-    Porto``, ``my sister`` → ``user's sister``. Names, numbers and the rest of the wording stay as written."""
-
-    def subject(match: re.Match[str]) -> str:
-        contraction, adverb, verb = match.groups()
-        if contraction is not None:
-            return "user " + _THIRD_PERSON["'" + contraction]
-        if verb.lower() in ("and", "or", "but", "so", "to", "too"):
-            return "user " + verb
-        return " ".join(["user", *([adverb] if adverb else []), _conjugate(verb)])
-
-    out = re.sub(r"\b(?:you can )?call me\b", "user goes by", text, flags=re.I)
-    out = _FIRST_PERSON_VERB.sub(subject, out)
-    out = re.sub(r"\b[Mm]y\b", "user's", out)
-    out = re.sub(r"\b(?:me|myself)\b", "user", out)
-    out = re.sub(r"\b(?:user|User) (?:user|User)\b", "user", out)
-    return out[:1].upper() + out[1:] if out else out
-
-
-def _details(sentence: str) -> list[str]:
-    # "e.g" and "i.e" look like dotted names
-    tokens = [
-        m.group(0)
-        for m in _DETAIL_TOKEN.finditer(sentence)
-        if len(m.group(0)) >= 5 or m.group(0)[0].isdigit()
-    ]
-    return tokens + _proper_nouns(sentence)
-
-
-def _trimmed(sentence: str) -> str:
-    """The sentence without the discourse words around what it says."""
-    body = _LEADING_DISCOURSE.sub("", sentence.strip()).strip()
-    body = _TRAILING_TAIL.sub("", body).strip()
-    return (body[:1].upper() + body[1:]) if body else sentence.strip()
-
-
-def _essential(sentence: str, limit: int) -> str:
-    """A long sentence cut to its clauses that carry details or a personal fact, then to ``limit`` words."""
-    if len(sentence.split()) <= limit:
-        return sentence
-    pieces = _CLAUSE_SEPARATOR.split(sentence)
-    clauses, separators = pieces[0::2], pieces[1::2]
-    # a clause other than the first starts mid-sentence, where a capital marks a name
-    keep = [
-        i
-        for i, clause in enumerate(clauses)
-        if _details(clause if i == 0 else " " + clause)
-        or _PERSONAL_CUE.search(clause)
-        or _HEALTH_AND_DIET.search(clause)
-    ] or [0]
-    out = clauses[keep[0]]
-    for previous, index in itertools.pairwise(keep):
-        out += (separators[index - 1] if index == previous + 1 else ", ") + clauses[index]
-    return _clip_words(out.strip().rstrip(",;"), limit)
 
 
 def _clause_key(text: str) -> str:
     return _normalised(_SPEAKER_PREFIX.sub("", text))
-
-
-def classify_user_sentence(sentence: str) -> Literal["fact", "question", "request", "statement", "filler"]:
-    """Facts carry details (names, numbers, identifiers) or say something lasting about the user;
-    statements that do neither are chatter and are not remembered."""
-    if is_filler(sentence):
-        return "filler"
-    if sentence.rstrip("\"')").endswith("?") or (
-        _QUESTION_START.match(sentence) and len(sentence.split()) <= 12 and not sentence.endswith(".")
-    ):
-        return "question"
-    if _details(sentence) or _PERSONAL_CUE.search(sentence) or _HEALTH_AND_DIET.search(sentence):
-        return "fact"
-    if _REQUEST_START.match(sentence):
-        return "request"
-    return "statement"
 
 
 def _remember(notes: _ThreadNotes, observation: _Observation, clauses: Sequence[str]) -> None:
@@ -580,7 +285,7 @@ def _remember(notes: _ThreadNotes, observation: _Observation, clauses: Sequence[
             fresh.append(clause)
     if not fresh:
         return
-    notes.known_details |= {d.lower() for clause in fresh for d in _details(clause)}
+    notes.known_details |= {d.lower() for clause in fresh for d in details(clause)}
     prefix, _, _ = observation.text.partition("{}")
     observation.lead = prefix
     # each clause carries its own resolved dates; after the first, "User" reads on in lower case
@@ -592,19 +297,18 @@ def _remember(notes: _ThreadNotes, observation: _Observation, clauses: Sequence[
 
 
 def _question_text(sentence: str) -> str:
-    body = _QUESTION_WORDS.sub("", _trimmed(sentence)).rstrip("?").strip()
-    return _clip_words(body[:1].lower() + body[1:] if body[:2] != body[:2].upper() else body, 14)
+    body = _QUESTION_WORDS.sub("", trimmed(sentence)).rstrip("?").strip()
+    return clip_words(body[:1].lower() + body[1:] if body[:2] != body[:2].upper() else body, 14)
 
 
 def _observe_document(part: _Part, sentences: list[str], notes: _ThreadNotes) -> None:
-    """A pasted text: what it is, and the sentences of it that carry details, up to a share of its size."""
-    title = _clip_words(_trimmed(sentences[0]).rstrip(":"), 10)
-    ranked = sorted(
-        (i for i, s in enumerate(sentences[1:], 1) if _details(s) and not s.rstrip().endswith("?")),
-        key=lambda i: -len(_details(sentences[i])),
-    )
+    """A pasted text: what it is, and the sentences of it worth keeping, up to a share of its size."""
+    title = clip_words(trimmed(sentences[0]).rstrip(":"), 10)
+    # what a pasted text says is the user's to keep: every sentence that names something is a candidate
+    weights = {i: fact_weight(s) for i, s in enumerate(sentences[1:], 1) if not is_question(s) and details(s)}
+    ranked = sorted((i for i, w in weights.items() if w >= 1), key=lambda i: -weights[i])
     cap = max(6, count_tokens(part.text) // 60)
-    facts = [_essential(sentences[i], 24) for i in sorted(ranked[:cap])]
+    facts = [essential(sentences[i], 30) for i in sorted(ranked[:cap])]
     priority: Priority = "🔴" if facts else "🟡"
     text = f"User shared a text ({len(part.text.split())} words), “{title}”" + (": {}" if facts else "")
     if facts:
@@ -616,23 +320,114 @@ def _observe_document(part: _Part, sentences: list[str], notes: _ThreadNotes) ->
             _observe_question(part, sentence, notes)
 
 
+# question words and the verbs around them: what is left of a question without them is its topic
+_ASKING_WORDS = frozenset(
+    """what whats how why when where which who whom whose would could should can do does did is are was
+    were even start usually people anything something any common best way good idea thing things tips tip
+    mistake mistakes explain handle think worth really""".strip().split(maxsplit=-1)
+)
+
+
+def _question_topic(sentence: str) -> str:
+    """A question that names nothing, as its topic: "where do I even start with travel insurance" →
+    "travel insurance"."""
+    words = [w for w in content_words(_question_text(sentence)) if w.lower().strip("'’") not in _ASKING_WORDS]
+    return " ".join(words[-6:]) if words else clip_words(_question_text(sentence), 6)
+
+
 def _observe_question(part: _Part, sentence: str, notes: _ThreadNotes) -> None:
-    priority: Priority = "🔴" if _details(sentence) else "🟡"
-    observation = _Observation(part.day, part.clock, priority, "User asked: {}", "question")
-    _remember(notes, observation, [_question_text(sentence)])
+    # a question asked again in other words ("back to this: …") is the same question
+    topic = _clause_key(_question_topic(sentence))
+    if topic in notes.seen:
+        return
+    if details(sentence):
+        observation = _Observation(part.day, part.clock, "🔴", "User asked: {}", "question")
+        _remember(notes, observation, [_question_text(sentence)])
+    else:
+        observation = _Observation(part.day, part.clock, "🟡", "User asked about {}", "question")
+        _remember(notes, observation, [_question_topic(sentence)])
+    notes.seen.add(topic)
     notes.last_request, notes.last_request_kind = sentence, "question"
     notes.first_topic = notes.first_topic or sentence
 
 
+# a table or a JSON document is kept whole up to this many rows or values
+_TABLE_ROWS = 20
+_JSON_VALUES = 24
+
+
+def _observe_data(part: _Part, block: Block, notes: _ThreadNotes, who: str) -> None:
+    """A pasted table or JSON document: its rows (or values) under what it is, on one line."""
+    if block.kind == "table":
+        rows = table_rows(block)
+        columns = ", ".join(h for h in block.header if h)
+        lead = f"{who} shared a table ({columns})"
+    else:
+        rows = json_leaves(block.value, _JSON_VALUES + 1)
+        lead = f"{who} shared JSON"
+    if not rows:
+        return
+    shown = rows[: _TABLE_ROWS if block.kind == "table" else _JSON_VALUES]
+    if len(rows) > len(shown):
+        shown.append(f"(+{len(rows) - len(shown)} more)")
+    priority: Priority = "🔴" if who == "User" else "🟡"
+    _remember(notes, _Observation(part.day, part.clock, priority, lead + ": {}"), shown)
+
+
+def _observe_reply(part: _Part, notes: _ThreadNotes) -> str:
+    """A reply that takes up the assistant's proposal ("the second one", "yes, that one"), noted as the
+    value it picks; returns what the reply says besides."""
+    proposal, notes.proposal = notes.proposal, None
+    if proposal is None:
+        return part.text
+    choice = reply_choice(part.text, proposal)
+    if choice is None:
+        return part.text
+    option = chosen_option(proposal, choice)
+    if choice.rejected:
+        if len(proposal.options) == 1:
+            line = f"User declined: {clip_words(offered_value(proposal.options[0]), 30)}"
+            _remember(notes, _Observation(part.day, part.clock, "🟡", "{}"), [line])
+    elif option is not None:
+        value = clip_words(assistant_line(offered_value(option)), 30)
+        verb = "chose" if choice.index is not None else "agreed to"
+        opening = value.split(maxsplit=1)[0].lower() if value.split() else ""
+        common = opening in STOPWORDS or opening.endswith("ing")
+        line = f"User {verb} {value[:1].lower() + value[1:] if common else value}"
+        # a pick or a single offer says all that mattered of the proposal: its line, if written in this
+        # call, goes; a yes to several suggestions leaves them standing
+        if (
+            choice.index is not None or len(proposal.options) == 1
+        ) and notes.proposal_line in notes.observations:
+            notes.observations.remove(notes.proposal_line)
+        _remember(notes, _Observation(part.day, part.clock, "🔴", "{}"), [line])
+    first = split_sentences(part.text)[:1]
+    return part.text.split(first[0], 1)[1] if first and first[0] in part.text else ""
+
+
 def _observe_user(part: _Part, notes: _ThreadNotes) -> None:
-    sentences = [s for s in split_sentences(part.text) if not _looks_like_code(s)]
+    notes.asked_to_choose = ASKS_TO_CHOOSE.search(part.text) is not None
+    text = _observe_reply(part, notes)
+    prose: list[str] = []
+    for block in blocks(text):
+        if block.kind in ("table", "json"):
+            _observe_data(part, block, notes, "User")
+        elif block.kind == "prose":
+            prose += block.lines
+    sentences = [s for s in split_sentences("\n".join(prose)) if not looks_like_code(s)]
     if len(sentences) >= _DOCUMENT_SENTENCES:
         notes.user_sentences += [s for s in sentences if classify_user_sentence(s) == "fact"]
         _observe_document(part, sentences, notes)
         return
     facts: list[str] = []
+    correcting = False
     for sentence in sentences:
         kind = classify_user_sentence(sentence)
+        # what follows a correction is the corrected value ("Correction: not a curry. Lasagne."), even in
+        # a sentence that says little on its own
+        if kind == "statement" and correcting:
+            kind = "fact"
+        correcting = CORRECTION.search(sentence) is not None
         if kind in ("filler", "statement"):
             continue
         notes.user_sentences.append(sentence)
@@ -640,53 +435,93 @@ def _observe_user(part: _Part, notes: _ThreadNotes) -> None:
             _observe_question(part, sentence, notes)
         elif kind == "request":
             observation = _Observation(part.day, part.clock, "🟡", "User asked to {}", "question")
-            _remember(notes, observation, [_clip_words(_question_text(sentence), 16)])
+            _remember(notes, observation, [clip_words(_question_text(sentence), 10)])
             notes.last_request, notes.last_request_kind = sentence, "request"
             notes.first_topic = notes.first_topic or sentence
         else:
-            facts.append(third_person(_essential(_trimmed(sentence), 22)).rstrip("."))
+            facts.append(third_person(essential(trimmed(sentence), 30)).rstrip(".?。？"))
     if facts:
         _remember(notes, _Observation(part.day, part.clock, "🔴", "{}"), facts)
 
 
 _COMMITMENT = re.compile(r"\b(?:i'll|i will|i'm going to|i am going to|i'll be)\b", re.I)
 _WHEN = re.compile(
-    rf"\b(?:today|tonight|tomorrow|morning|afternoon|evening|next|by|before|after|{'|'.join(_WEEKDAYS)})\b",
+    r"\b(?:today|tonight|tomorrow|morning|afternoon|evening|next|by|before|after|monday|tuesday|wednesday|"
+    r"thursday|friday|saturday|sunday)\b",
+    re.I,
+)
+PROPOSAL_LEAD = "Assistant proposed: "
+_RECOMMENDED_MARK = " (recommended)"
+
+
+def _observe_proposal(part: _Part, proposal: Proposal, notes: _ThreadNotes) -> None:
+    """What the assistant put to the user, option by option, so a reply can be resolved to its value,
+    in this call or, from the log, in the next."""
+    options = [
+        clip_words(assistant_line(offered_value(o)), 30)
+        + (_RECOMMENDED_MARK if i == proposal.default else "")
+        for i, o in enumerate(proposal.options)
+    ]
+    line = _Observation(part.day, part.clock, "🟡", PROPOSAL_LEAD + "; ".join(options), "assistant")
+    notes.seen |= {_clause_key(o) for o in options}
+    notes.known_details |= {d.lower() for o in options for d in details(o)}
+    notes.observations.append(line)
+    notes.proposal, notes.proposal_line = proposal, line
+
+
+def _observe_assistant(part: _Part, notes: _ThreadNotes) -> None:
+    proposal = proposal_of(part.text, notes.asked_to_choose)
+    offered = set(proposal.options) if proposal is not None else set()
+    prose = "\n".join(line for b in blocks(part.text) if b.kind == "prose" for line in b.lines)
+    sentences = [s for s in split_sentences(prose) if not is_filler(s) and not looks_like_code(s)]
+    notes.assistant_asked = bool(sentences) and sentences[-1].rstrip("\"')").endswith("?")
+    for sentence in sentences:
+        if (
+            sentence.endswith("?")
+            or sentence.rstrip(" ?.") in offered
+            or strip_list_marker(sentence) != sentence
+        ):
+            continue
+        named = {d.lower() for d in details(sentence)}
+        if _COMPLETION.search(sentence) and not _NEGATION.search(sentence):
+            line = f"Assistant {assistant_line(clip_words(trimmed(sentence), 22))}"
+            _remember(notes, _Observation(part.day, part.clock, "✅", "{}", "assistant"), [line])
+        elif _COMMITMENT.search(sentence) and (named or _WHEN.search(sentence)):
+            line = f"Assistant {assistant_line(clip_words(trimmed(sentence), 22))}"
+            _remember(notes, _Observation(part.day, part.clock, "🔴", "{}", "assistant"), [line])
+        elif named - notes.known_details:
+            # a concrete answer: what it names that was not known before
+            line = f"Assistant: {clip_words(essential(trimmed(sentence), 20), 20).rstrip('.')}"
+            _remember(notes, _Observation(part.day, part.clock, "🟡", "{}", "assistant"), [line])
+    if proposal is not None:
+        _observe_proposal(part, proposal, notes)
+    else:
+        notes.proposal = None
+
+
+_FAILURE = re.compile(r"\b(?:FAILED|FAIL|ERROR|Error|Exception|Traceback|failed|failure|denied)\b")
+# a measured value: a number with a unit or a percentage
+_MEASURE = re.compile(
+    r"[€$£¥]\s?\d|\d(?:[\d.,/]*\d)?\s?(?:%|°[cf]?|[a-zµ]{1,4}(?:/[a-z]{1,4})?[²³]?)(?![a-z])",
+    re.I,
+)
+_TOOL_FINDINGS = 12
+# "confirmed: 115", "setpoint=18.5": a named value
+_LABELLED_VALUE = re.compile(r"^\s*[\w .()/-]{2,40}?\s*[:=]\s*\S*\d")
+_FILE_LINE = re.compile(r"\S+\.\w+:\d+")
+# how long the tool itself took ("75 passed in 29.2s"): the run's business, not a finding
+_OWN_RUN_TIME = re.compile(
+    r"\b(?:in|took|after|elapsed|duration:?|time:?)\s+\d[\d.,]*\s?(?:ms|s|sec|secs|seconds|min|minutes)\b",
     re.I,
 )
 
 
-def _assistant_line(sentence: str) -> str:
-    out = re.sub(r"\b[Ii](?:'ll| will)\b", "will", sentence)
-    out = re.sub(r"\b[Ii](?:'m| am) going to\b", "is going to", out)
-    out = re.sub(r"\b[Ii](?:'ve| have)\b", "has", out)
-    out = re.sub(r"\byour\b", "user's", out)
-    out = re.sub(r"\byou\b", "user", out)
-    return out.rstrip(".")
+# "0 failed", "no errors": a count of nothing is no failure
+_NONE_FAILED = re.compile(r"\b(?:0|no|zero)\s+(?:failed|failures?|errors?)\b", re.I)
 
 
-def _observe_assistant(part: _Part, notes: _ThreadNotes) -> None:
-    sentences = [s for s in split_sentences(part.text) if not is_filler(s) and not _looks_like_code(s)]
-    if not sentences:
-        return
-    notes.assistant_asked = sentences[-1].rstrip("\"')").endswith("?")
-    for sentence in sentences:
-        if sentence.endswith("?"):
-            continue
-        details = {d.lower() for d in _details(sentence)}
-        if _COMPLETION.search(sentence) and not _NEGATION.search(sentence):
-            line = f"Assistant {_assistant_line(_clip_words(_trimmed(sentence), 22))}"
-            _remember(notes, _Observation(part.day, part.clock, "✅", "{}", "assistant"), [line])
-        elif _COMMITMENT.search(sentence) and (details or _WHEN.search(sentence)):
-            line = f"Assistant {_assistant_line(_clip_words(_trimmed(sentence), 22))}"
-            _remember(notes, _Observation(part.day, part.clock, "🔴", "{}", "assistant"), [line])
-        elif details - notes.known_details:
-            # a concrete answer: what it names that was not known before
-            line = f"Assistant: {_clip_words(_essential(_trimmed(sentence), 20), 20).rstrip('.')}"
-            _remember(notes, _Observation(part.day, part.clock, "🟡", "{}", "assistant"), [line])
-
-
-_FAILURE = re.compile(r"\b(?:FAILED|FAIL|ERROR|Error|Exception|Traceback|failed|failure|denied)\b")
+def _failed(text: str) -> bool:
+    return _FAILURE.search(_NONE_FAILED.sub("", text)) is not None
 
 
 def _first_line(text: str, limit: int) -> str:
@@ -694,24 +529,58 @@ def _first_line(text: str, limit: int) -> str:
     return line if len(line) <= limit else line[:limit].rstrip() + "…"
 
 
+def _tool_findings(text: str) -> list[str]:
+    """What a tool's output found: its values (JSON leaves, ``label: value`` and ``key=value`` lines,
+    table rows, measured values with their units), a dozen at most; how long the tool itself took and
+    where in a file a match sits are the tool's business."""
+    candidates: list[str] = []
+    for block in blocks(text):
+        if block.kind == "json":
+            candidates += json_leaves(block.value, _TOOL_FINDINGS)
+        elif block.kind == "table":
+            candidates += table_rows(block)
+        else:
+            # a line whose shape repeats with other numbers ("request handled in 59ms") is routine
+            shapes = Counter(re.sub(r"\d+", "#", ln.strip()) for ln in block.lines)
+            candidates += [
+                ln.strip()
+                for ln in block.lines
+                if (_LABELLED_VALUE.search(ln) or _MEASURE.search(_OWN_RUN_TIME.sub("", ln)))
+                and not _FILE_LINE.search(ln)
+                and shapes[re.sub(r"\d+", "#", ln.strip())] == 1
+            ]
+    return [clip_words(c, 24) for c in candidates][:_TOOL_FINDINGS]
+
+
 def _observe_tools(run: list[_Part], notes: _ThreadNotes) -> None:
-    """A run of tool calls as one line: the tools used, and what failed, in its own words."""
+    """A run of tool calls: the tools used, what failed in its own words, and what the results measured."""
     names: list[str] = []
     failures: list[str] = []
+    findings: list[str] = []
     for part in run:
         kind, _, name = part.title[len("Tool ") :].partition(" ")
         if kind == "Call" and name not in names:
             names.append(name)
-        elif kind in ("Error", "Denied") or (kind == "Result" and _FAILURE.search(part.text)):
-            lines = [ln.strip() for ln in part.text.splitlines() if _FAILURE.search(ln)] or [part.text]
+        elif kind in ("Error", "Denied") or (kind == "Result" and _failed(part.text)):
+            lines = [ln.strip() for ln in part.text.splitlines() if _failed(ln)] or [part.text]
             failures.append(
                 f"{name} {'was denied' if kind == 'Denied' else 'failed'}: {_first_line(lines[0], 140)}"
             )
+        elif kind == "Result":
+            findings += [f"{name}: {f}" for f in _tool_findings(part.text)]
     first = run[0]
     if failures:
         _remember(notes, _Observation(first.day, first.clock, "🔴", "{}", "tool"), failures)
     elif names:
         _remember(notes, _Observation(first.day, first.clock, "🟡", "Ran {}", "tool"), [", ".join(names)])
+    measured = [f for f in findings if _MEASURE.search(f)]
+    if measured:
+        _remember(notes, _Observation(first.day, first.clock, "🔴", "Tool results: {}", "tool"), measured)
+    others = [
+        f for f in findings if f not in measured and {d.lower() for d in details(f)} - notes.known_details
+    ]
+    if others:
+        _remember(notes, _Observation(first.day, first.clock, "🟡", "Tool results: {}", "tool"), others)
 
 
 def _observe_thread(thread: _Thread, notes: _ThreadNotes) -> _ThreadNotes:
@@ -748,10 +617,11 @@ def _nothing_new(thread: _Thread, notes: _ThreadNotes) -> None:
     if notes.observations or not thread.parts:
         return
     last = thread.parts[-1]
-    said = [s for p in thread.parts if p.title == "User" for s in split_sentences(p.text) if not is_filler(s)]
-    topic = f": {_clip_words(_trimmed(said[0]).rstrip('.?!'), 8)}" if said else ""
-    text = f"Conversation went on ({len(thread.parts)} messages), nothing new to remember{topic}"
+    text = f"Small talk ({len(thread.parts)} messages), nothing to remember"
     notes.observations.append(_Observation(last.day, last.clock, "🟢", text))
+
+
+_MERGED_PER_LINE = 4
 
 
 def _merged_questions(observations: list[_Observation]) -> list[_Observation]:
@@ -762,6 +632,9 @@ def _merged_questions(observations: list[_Observation]) -> list[_Observation]:
     for obs in observations:
         mergeable = obs.lead and (obs.kind == "question" or (obs.kind == "tool" and obs.priority == "🟡"))
         head = open_line.get((obs.day, obs.priority, obs.lead)) if mergeable else None
+        # a line of a few questions, so that no line grows long
+        if head is not None and head.text.count("; ") >= _MERGED_PER_LINE - 1:
+            head = None
         if head is None:
             out.append(obs)
             if mergeable:
@@ -786,17 +659,34 @@ def _render_observation_groups(observations: Iterable[_Observation]) -> list[str
     return lines
 
 
+# the words a line's clauses follow, as ``_Observation`` leads write them
+_LEAD = re.compile(
+    r"^(?:User asked(?: about| to|:)|User shared [^:]*:|Tool results:|Ran|Assistant proposed:)\s*"
+)
+
+
 def _remembered(previous: str) -> _ThreadNotes:
-    """Notes that know what the previous observations already say."""
+    """Notes that know what the previous observations already say, and the proposal the last of them
+    records, which the first reply of this call may answer."""
     notes = _ThreadNotes()
+    last = ""
     for line in previous.splitlines():
         marked = _OBS_LINE.match(line)
         if marked is None:
             continue
         text = _ANNOTATION.sub("", marked.group(3))
-        for clause in text.split("; "):
+        last = text
+        lead = _LEAD.match(text)
+        clauses = text[lead.end() if lead else 0 :].split("; ")
+        for clause in clauses:
             notes.seen.add(_clause_key(clause))
-        notes.known_details |= {d.lower() for d in _details(text)}
+            if lead is not None and lead.group(0).startswith("User asked"):
+                notes.seen.add(_clause_key(_question_topic(clause)))
+        notes.known_details |= {d.lower() for d in details(text)}
+    if last.startswith(PROPOSAL_LEAD):
+        options = [o.strip() for o in last[len(PROPOSAL_LEAD) :].split("; ")]
+        default = next((i for i, o in enumerate(options) if o.endswith(_RECOMMENDED_MARK)), None)
+        notes.proposal = Proposal(tuple(o.removesuffix(_RECOMMENDED_MARK) for o in options), default)
     return notes
 
 
@@ -805,7 +695,7 @@ def _thread_title(notes: _ThreadNotes) -> str | None:
     topic = notes.first_topic or (notes.user_sentences[0] if notes.user_sentences else None)
     if topic is None:
         return None
-    words = [w for w in _content_words(topic) if not w[0].isdigit()][:4]
+    words = [w for w in content_words(topic) if not w[0].isdigit()][:4]
     title = " ".join(w if w[0].isupper() else w.capitalize() for w in words)
     return title if len(title) >= 3 else None
 
@@ -819,7 +709,7 @@ def _current_task(notes: _ThreadNotes, prior: dict[str, str]) -> str | None:
 def _suggested_response(notes: _ThreadNotes) -> str:
     if notes.last_speaker == "user" and notes.last_request is not None:
         verb = "Answer the user's question" if notes.last_request_kind == "question" else "Help the user with"
-        return f"{verb}: {_clip_words(notes.last_request, 20)}"
+        return f"{verb}: {clip_words(notes.last_request, 20)}"
     if notes.last_speaker == "user":
         return "Acknowledge what the user just shared and continue the conversation."
     if notes.assistant_asked:
@@ -862,7 +752,7 @@ def _keywords(*texts: str) -> list[str]:
     words: list[str] = []
     for text in texts:
         for word in re.split(r"[\s_\-/,.;:()\"'“”]+", text.lower()):
-            if len(word) >= 4 and word not in _STOPWORDS and word not in generic:
+            if len(word) >= 4 and word not in STOPWORDS and word not in generic:
                 words.append(word)
     return list(dict.fromkeys(words))
 
@@ -900,7 +790,7 @@ _FACT_CLAUSES = re.compile(r",\s+|;\s+|\s+(?:and|but)\s+(?=(?:i|i'm|my|we|our)\b
 
 
 def _fact_line(sentence: str) -> str:
-    return third_person(_essential(_trimmed(sentence), 22)).rstrip(".")
+    return third_person(essential(trimmed(sentence), 22)).rstrip(".")
 
 
 def _label_value(label: str, facts: Sequence[str]) -> tuple[str, str] | None:
@@ -1066,6 +956,8 @@ class _Line:
     order: int
     children: list[str] = field(default_factory=list)
     shortened: bool = False
+    # what the line is worth keeping, read from what it said before any shortening
+    worth: int | None = None
 
     def render(self) -> list[str]:
         if self.priority:
@@ -1110,7 +1002,7 @@ def _parse_observation_log(text: str) -> list[_Segment]:
             continue
         dated = _DATE_LINE.match(line)
         if dated:
-            segments[-1].groups.append(_Group(_parse_month_day_year(*dated.groups())))
+            segments[-1].groups.append(_Group(parse_month_day_year(*dated.groups())))
             last = None
             continue
         if not segments[-1].groups:
@@ -1205,7 +1097,7 @@ def _subject_key(clause: str) -> tuple[frozenset[str], str] | None:
     if match.group("label") and subject.lower().split()[0] in _GENERIC_LABELS:
         return None
     words = frozenset(
-        _stem(w) for w in re.findall(r"[a-z]+", subject.lower()) if w not in _STOPWORDS | _SUBJECT_NOISE
+        _stem(w) for w in re.findall(r"[a-z]+", subject.lower()) if w not in STOPWORDS | _SUBJECT_NOISE
     )
     return (words, (match.group("prep") or "").lower()) if words else None
 
@@ -1214,7 +1106,7 @@ def _replaced_values(clause: str) -> list[str]:
     return [
         _normalised(m.group("old"))
         for m in _REPLACED.finditer(_ANNOTATION.sub("", clause))
-        if _details(" " + m.group("old"))
+        if details(" " + m.group("old"))
     ]
 
 
@@ -1264,7 +1156,7 @@ def essential_clause(text: str) -> str:
     pieces = _CLAUSE_SEPARATOR.split(body[len(prefix) :])
     clauses, separators = pieces[0::2], pieces[1::2]
     keep = [
-        i for i, clause in enumerate(clauses) if _details(" " + clause) or _FIRST_PERSON_FACT.search(clause)
+        i for i, clause in enumerate(clauses) if details(" " + clause) or _FIRST_PERSON_FACT.search(clause)
     ] or [0]
     out = clauses[keep[0]]
     for previous, index in itertools.pairwise(keep):
@@ -1330,19 +1222,45 @@ def _drop_in_order(
     return segments, count_tokens(_render_segments(segments))
 
 
+_CHOICE_LINE = re.compile(r"^User (?:chose|agreed to)\b")
+
+
+def _line_value(line: _Line) -> int:
+    """How much a line is worth keeping, by what it says (``fact_weight``, before any shortening): what
+    the user chose counts more, a question less."""
+    if line.worth is None:
+        text = _ANNOTATION.sub("", line.text)
+        line.worth = fact_weight(_SPEAKER_PREFIX.sub("", text))
+        if _CHOICE_LINE.match(text):
+            line.worth += 3
+        if text.startswith("User asked"):
+            line.worth -= 2
+    return line.worth
+
+
+# a 🔴 line worth this much stays even past the target
+_KEEP_PAST_TARGET = 3
+
+
 def _fit_to_target(segments: list[_Segment], target: int) -> list[_Segment]:
+    """Drop and shorten until the log is under the target, what matters least first: 🟢 and 🟡 lines
+    (those naming nothing before those that do, the oldest first), then sub-bullets, then long 🔴 lines
+    cut to their essential clauses, and only when nothing of lower priority is left, 🔴 lines by their
+    worth (those worth a note, ``_KEEP_PAST_TARGET``, and ✅ lines, stay)."""
     # Aim under the target: the caller may count with a tokenizer that disagrees with ours by a little.
     goal = max(1, int(target * 0.9))
     total = count_tokens(_render_segments(segments))
     if total < goal:
         return segments
 
-    def oldest_first(lines: Iterable[_Line]) -> list[_Line]:
-        return sorted(lines, key=lambda line: line.order)
+    def least_worth_first(lines: Iterable[_Line]) -> list[_Line]:
+        return sorted(lines, key=lambda line: (_line_value(line), line.order))
 
     every = [line for s in segments for line in s.lines()]
+    for line in every:
+        _line_value(line)
     segments, total = _drop_in_order(
-        segments, oldest_first(line for line in every if _RANK[line.priority] <= 2), goal, total
+        segments, least_worth_first(line for line in every if _RANK[line.priority] <= 2), goal, total
     )
     for step in ("children", "shorten"):
         if total < goal:
@@ -1354,15 +1272,13 @@ def _fit_to_target(segments: list[_Segment], target: int) -> list[_Segment]:
                 line.text, line.shortened = essential_clause(line.text), True
         total = count_tokens(_render_segments(segments))
     if total >= goal:
-        unprotected = [
+        facts = least_worth_first(
             line
             for s in segments
             for line in s.lines()
-            if line.priority == "🔴" and not carries_fact_detail(line.text)
-        ]
-        # lasting personal facts and decisions ("prefers short answers") go last
-        unprotected.sort(key=lambda line: (bool(_PERSONAL_CUE.search(line.text)), line.order))
-        segments, total = _drop_in_order(segments, unprotected, goal, total)
+            if line.priority == "🔴" and _line_value(line) < _KEEP_PAST_TARGET
+        )
+        segments, total = _drop_in_order(segments, facts, goal, total)
     return segments
 
 
@@ -1666,7 +1582,7 @@ def hashing_embedding(text: str, dimensions: int = HASHING_DIMENSIONS) -> list[f
     """
     vector = [0.0] * dimensions
     for word in _EMBED_WORD.findall(text.lower()):
-        if len(word) < 2 or word in _STOPWORDS:
+        if len(word) < 2 or word in STOPWORDS:
             continue
         # the stem carries the meaning ("lives" and "live" meet); the exact word adds a little
         stem = _stem(word)

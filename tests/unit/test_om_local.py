@@ -116,7 +116,7 @@ def test_observer_drops_filler_and_small_talk() -> None:
     only_filler = "Jan 5 2026:\nUser (9:00 AM): ok thanks lol\nAssistant: Sure!\nUser: yes"
     assert observe_transcript(observer_prompt(only_filler), SYSTEM).startswith(
         "<observations>\nDate: Jan 5, 2026\n"
-        "* 🟢 (09:00) Small talk (3 messages), nothing to remember\n</observations>"
+        "* 🟢 (09:00) Small talk\n</observations>"
     )
 
 

@@ -261,6 +261,8 @@ class _ThreadNotes:
     proposal_line: _Observation | None = None
     # whether the user's last message asked the assistant to help choose
     asked_to_choose: bool = False
+    # the day the earlier observations end on: lines of that day go on under its header
+    last_day: date | None = None
 
 
 def _with_dates(text: str, day: date | None) -> str:
@@ -617,7 +619,8 @@ def _nothing_new(thread: _Thread, notes: _ThreadNotes) -> None:
     if notes.observations or not thread.parts:
         return
     last = thread.parts[-1]
-    text = f"Small talk ({len(thread.parts)} messages), nothing to remember"
+    # as short as a line can be: it stands in the context for as long as the log lasts
+    text = "Small talk"
     notes.observations.append(_Observation(last.day, last.clock, "🟢", text))
 
 
@@ -644,11 +647,18 @@ def _merged_questions(observations: list[_Observation]) -> list[_Observation]:
     return out
 
 
-def _render_observation_groups(observations: Iterable[_Observation]) -> list[str]:
+def _render_observation_groups(
+    observations: Iterable[_Observation], continued_day: date | None = None
+) -> list[str]:
+    """Lines under a ``Date:`` header per day. Lines of ``continued_day``, the day the earlier observations
+    end on, open with no header: they read on under that day's header, which a header repeated at every
+    call would cost again and again in the context."""
     lines: list[str] = []
     current_day: date | None = None
     first = True
     for obs in _merged_questions(list(observations)):
+        if first and obs.day is not None and obs.day == continued_day:
+            current_day, first = obs.day, False
         if first or obs.day != current_day:
             if obs.day is not None:
                 if not first:
@@ -671,6 +681,9 @@ def _remembered(previous: str) -> _ThreadNotes:
     notes = _ThreadNotes()
     last = ""
     for line in previous.splitlines():
+        dated = _DATE_LINE.match(line)
+        if dated:
+            notes.last_day = parse_month_day_year(*dated.groups())
         marked = _OBS_LINE.match(line)
         if marked is None:
             continue
@@ -917,7 +930,7 @@ def observe_transcript(user_prompt: str, system_prompt: str) -> str:
             out += [*hints(notes), "</thread>"]
     else:
         single = threads[0][1] if threads else _ThreadNotes()
-        out += _render_observation_groups(single.observations)
+        out += _render_observation_groups(single.observations, single.last_day)
         if single.observations:
             tail = hints(single)
     out.append("</observations>")

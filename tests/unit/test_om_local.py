@@ -102,7 +102,9 @@ def test_observer_records_completions_and_tool_runs_and_drops_what_the_assistant
     output = observe_transcript(observer_prompt(TRANSCRIPT), SYSTEM)
     lines = observation_lines(output)
     assert "* ✅ (14:31) Assistant has booked a reminder for user's flight" in lines
-    assert "* 🟡 (14:32) Ran search_flights" in lines
+    # the run's results name the tool: no line of its own says it ran
+    assert any(line.endswith("Tool results: search_flights: flights 3") for line in lines)
+    assert "Ran search_flights" not in output
     assert "Nice to meet you" not in output  # it names only what the user already said
 
 
@@ -115,8 +117,7 @@ def test_observer_drops_filler_and_small_talk() -> None:
     # an answer without observations would count as a failed Observer: one low-priority line says so
     only_filler = "Jan 5 2026:\nUser (9:00 AM): ok thanks lol\nAssistant: Sure!\nUser: yes"
     assert observe_transcript(observer_prompt(only_filler), SYSTEM).startswith(
-        "<observations>\nDate: Jan 5, 2026\n"
-        "* 🟢 (09:00) Small talk\n</observations>"
+        "<observations>\nDate: Jan 5, 2026\n* 🟢 (09:00) Small talk\n</observations>"
     )
 
 

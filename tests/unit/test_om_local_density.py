@@ -81,3 +81,74 @@ def test_a_stretch_of_small_talk_is_one_short_line() -> None:
     )
     assert lines_of(block) == ["* 🟢 (09:02) Small talk"]
     assert count_tokens(block) <= 12
+
+
+def test_a_topic_asked_again_in_other_words_is_noted_once() -> None:
+    first = observations([("user", "What should I pack for the glacier hike?")])
+    assert "glacier hike" in first
+    again = [
+        "Quick sanity check on packing for the glacier hike?",
+        "Back to this: what am I forgetting for the glacier hike?",
+        "Can you explain the glacier hike packing like I'm ten?",
+    ]
+    for question in again:
+        block = observations([("user", question)], previous=first)
+        assert "asked" not in block, question
+    # a question that names something new is noted, even about a topic asked before
+    named = observations([("user", "Is the glacier hike on Saturday still at 07:30?")], previous=first)
+    assert "07:30" in named
+
+
+def test_a_question_about_what_was_just_said_adds_no_topic() -> None:
+    for question in ("Any thoughts?", "Does this look right?", "Can you double-check it?"):
+        assert "asked" not in observations([("user", question)]), question
+    # a question in a word of its own names its topic
+    assert "dataclass" in observations([("user", "Should this be a dataclass?")])
+
+
+def test_the_sentence_introducing_a_pasted_table_is_no_note_of_its_own() -> None:
+    pasted = (
+        "Pasting the swim lessons below\n\n"
+        "| pool | day | coach |\n|---|---|---|\n"
+        "| Zuiderbad | Wednesday | Maren |\n| Sloterparkbad | Sunday | Joost |"
+    )
+    block = observations([("user", pasted)])
+    assert "Pasting" not in block
+    (line,) = lines_of(block)
+    # the columns are named once; a row's weekday is the schedule's, not a coming day
+    assert line.endswith(
+        "User shared a table (pool, day, coach): Zuiderbad: Wednesday, Maren; Sloterparkbad: Sunday, Joost"
+    )
+
+
+def test_a_tool_run_with_findings_is_one_line_naming_the_tool_once() -> None:
+    transcript_run = (
+        "Mar 10 2026:\n"
+        "User (9:00 AM): How much did the heat pump use?\n"
+        'Tool Call heat_meter: {"period": "week"}\n'
+        'Tool Result heat_meter: {"heating": "61 kWh", "hot_water": "18 kWh"}'
+    )
+    prompt = "\n\n".join(
+        [
+            PREVIOUS_OBSERVATIONS_HEADING,
+            "(none)",
+            PRIOR_METADATA_HEADING,
+            "(none)",
+            OBSERVER_HISTORY_HEADING,
+            transcript_run,
+            TRANSCRIPT_END_MARKER,
+        ]
+    )
+    output = observe_transcript(prompt, SYSTEM)
+    assert "Ran heat_meter" not in output
+    assert "Tool results: heat_meter: heating 61 kWh; hot_water 18 kWh" in output
+
+
+def test_how_the_day_went_is_small_talk_while_a_day_to_come_dates_a_fact() -> None:
+    for chatter in (
+        "My printer has been weirdly good today.",
+        "The tram was driving me up the wall yesterday.",
+        "My inbox is driving me a bit mad today.",
+    ):
+        assert "🔴" not in observations([("user", chatter)]), chatter
+    assert "🔴" in observations([("user", "My brother lands tomorrow.")])

@@ -37,6 +37,7 @@ from om_core.adapters.models.om_local_text import (
     chosen_option,
     classify_user_sentence,
     clip_words,
+    common_word,
     content_words,
     details,
     essential,
@@ -241,6 +242,8 @@ class _Observation:
     kind: Literal["fact", "question", "assistant", "tool"] = "fact"
     # the words before the clauses ("User asked: "): lines with the same lead can share one line
     lead: str = ""
+    # whether relative dates in the clauses are resolved
+    dated: bool = True
 
 
 @dataclass(slots=True)
@@ -263,6 +266,8 @@ class _ThreadNotes:
     asked_to_choose: bool = False
     # the day the earlier observations end on: lines of that day go on under its header
     last_day: date | None = None
+    # the topics asked about so far, each as the stems of its words
+    topics: list[frozenset[str]] = field(default_factory=list)
 
 
 def _with_dates(text: str, day: date | None) -> str:
@@ -291,8 +296,9 @@ def _remember(notes: _ThreadNotes, observation: _Observation, clauses: Sequence[
     prefix, _, _ = observation.text.partition("{}")
     observation.lead = prefix
     # each clause carries its own resolved dates; after the first, "User" reads on in lower case
+    day = observation.day if observation.dated else None
     joined = "; ".join(
-        _with_dates(re.sub(r"^User\b", "user", c) if i else c, observation.day) for i, c in enumerate(fresh)
+        _with_dates(re.sub(r"^User\b", "user", c) if i else c, day) for i, c in enumerate(fresh)
     )
     observation.text = prefix + joined
     notes.observations.append(observation)
@@ -337,11 +343,52 @@ def _question_topic(sentence: str) -> str:
     return " ".join(words[-6:]) if words else clip_words(_question_text(sentence), 6)
 
 
+def _topic_stems(topic: str) -> frozenset[str]:
+    return frozenset(
+        _stem(w.lower().strip("'’"))
+        for w in content_words(topic)
+        if w.lower().strip("'’") not in _ASKING_WORDS
+    )
+
+
+def _asked_before(notes: _ThreadNotes, stems: frozenset[str], named: bool) -> bool:
+    """Whether a topic was asked about already, in other words around the same ones: "quick sanity check
+    on the packing list" after "what am I forgetting for the packing list" (two words in common, or all
+    the words of the shorter). A question that names something (a day, a place) is new unless all its
+    words were asked about before."""
+    if not stems:
+        return False
+    for known in notes.topics:
+        shared = len(known & stems)
+        if stems <= known or (not named and known and (shared >= 2 or known <= stems)):
+            return True
+    return False
+
+
+# a question that points back at what was just said ("does this look right?") is about that
+_POINTER = re.compile(r"\b(?:it|this|that|these|those|them)\b", re.I)
+
+
+def _names_no_topic(sentence: str, topic: str) -> bool:
+    """ "Any thoughts?", "Does this look right?": a question in common words only, about nothing in
+    particular or about what was just said, adds no topic of its own ("Should this be a dataclass?"
+    names one)."""
+    words = [w for w in content_words(topic) if w.lower().strip("'’") not in _ASKING_WORDS]
+    if details(sentence) or not all(common_word(w) for w in words):
+        return False
+    return len(words) <= 1 or (len(words) <= 2 and _POINTER.search(sentence) is not None)
+
+
 def _observe_question(part: _Part, sentence: str, notes: _ThreadNotes) -> None:
     # a question asked again in other words ("back to this: …") is the same question
     topic = _clause_key(_question_topic(sentence))
-    if topic in notes.seen:
+    stems = _topic_stems(_question_topic(sentence))
+    if _names_no_topic(sentence, _question_topic(sentence)):
+        notes.last_request, notes.last_request_kind = sentence, "question"
         return
+    if topic in notes.seen or _asked_before(notes, stems, bool(details(sentence))):
+        return
+    notes.topics.append(stems)
     if details(sentence):
         observation = _Observation(part.day, part.clock, "🔴", "User asked: {}", "question")
         _remember(notes, observation, [_question_text(sentence)])
@@ -361,8 +408,8 @@ _JSON_VALUES = 24
 def _observe_data(part: _Part, block: Block, notes: _ThreadNotes, who: str) -> None:
     """A pasted table or JSON document: its rows (or values) under what it is, on one line."""
     if block.kind == "table":
-        rows = table_rows(block)
         columns = ", ".join(h for h in block.header if h)
+        rows = table_rows(block, column_names=not columns)
         lead = f"{who} shared a table ({columns})"
     else:
         rows = json_leaves(block.value, _JSON_VALUES + 1)
@@ -373,7 +420,9 @@ def _observe_data(part: _Part, block: Block, notes: _ThreadNotes, who: str) -> N
     if len(rows) > len(shown):
         shown.append(f"(+{len(rows) - len(shown)} more)")
     priority: Priority = "🔴" if who == "User" else "🟡"
-    _remember(notes, _Observation(part.day, part.clock, priority, lead + ": {}"), shown)
+    # a row's weekday is the table's schedule ("Monday: bins"), not a coming day
+    observation = _Observation(part.day, part.clock, priority, lead + ": {}", dated=block.kind != "table")
+    _remember(notes, observation, shown)
 
 
 def _observe_reply(part: _Part, notes: _ThreadNotes) -> str:
@@ -407,16 +456,33 @@ def _observe_reply(part: _Part, notes: _ThreadNotes) -> str:
     return part.text.split(first[0], 1)[1] if first and first[0] in part.text else ""
 
 
+# a sentence that points at what follows it: "the rota, pasted below", "here's the budget:"
+_POINTS_AHEAD = re.compile(r":\s*$|\b(?:below|here|attached|following)\b", re.I)
+
+
+def _is_caption(sentence: str) -> bool:
+    """The sentence that introduces a pasted table or JSON says what the data is, which the data's own line
+    says by its columns: a note of its own only when it holds a number."""
+    numbered = any(d[:1].isdigit() for d in details(sentence))
+    return _POINTS_AHEAD.search(sentence.strip()) is not None and not numbered
+
+
 def _observe_user(part: _Part, notes: _ThreadNotes) -> None:
     notes.asked_to_choose = ASKS_TO_CHOOSE.search(part.text) is not None
     text = _observe_reply(part, notes)
     prose: list[str] = []
-    for block in blocks(text):
+    captions: set[str] = set()
+    parsed = blocks(text)
+    for index, block in enumerate(parsed):
         if block.kind in ("table", "json"):
             _observe_data(part, block, notes, "User")
         elif block.kind == "prose":
             prose += block.lines
-    sentences = [s for s in split_sentences("\n".join(prose)) if not looks_like_code(s)]
+            following = parsed[index + 1].kind if index + 1 < len(parsed) else None
+            last = split_sentences("\n".join(block.lines))[-1:]
+            if following in ("table", "json") and last and _is_caption(last[0]):
+                captions.add(last[0])
+    sentences = [s for s in split_sentences("\n".join(prose)) if not looks_like_code(s) and s not in captions]
     if len(sentences) >= _DOCUMENT_SENTENCES:
         notes.user_sentences += [s for s in sentences if classify_user_sentence(s) == "fact"]
         _observe_document(part, sentences, notes)
@@ -558,7 +624,7 @@ def _observe_tools(run: list[_Part], notes: _ThreadNotes) -> None:
     """A run of tool calls: the tools used, what failed in its own words, and what the results measured."""
     names: list[str] = []
     failures: list[str] = []
-    findings: list[str] = []
+    findings: list[tuple[str, str]] = []
     for part in run:
         kind, _, name = part.title[len("Tool ") :].partition(" ")
         if kind == "Call" and name not in names:
@@ -569,20 +635,34 @@ def _observe_tools(run: list[_Part], notes: _ThreadNotes) -> None:
                 f"{name} {'was denied' if kind == 'Denied' else 'failed'}: {_first_line(lines[0], 140)}"
             )
         elif kind == "Result":
-            findings += [f"{name}: {f}" for f in _tool_findings(part.text)]
+            findings += [(name, f) for f in _tool_findings(part.text)]
     first = run[0]
+    measured = [(n, f) for n, f in findings if _MEASURE.search(f)]
+    others = [
+        (n, f)
+        for n, f in findings
+        if (n, f) not in measured and {d.lower() for d in details(f)} - notes.known_details
+    ]
     if failures:
         _remember(notes, _Observation(first.day, first.clock, "🔴", "{}", "tool"), failures)
-    elif names:
+    elif names and not measured and not others:
+        # a run is worth its line only when it found nothing to note: its results name the tool
         _remember(notes, _Observation(first.day, first.clock, "🟡", "Ran {}", "tool"), [", ".join(names)])
-    measured = [f for f in findings if _MEASURE.search(f)]
-    if measured:
-        _remember(notes, _Observation(first.day, first.clock, "🔴", "Tool results: {}", "tool"), measured)
-    others = [
-        f for f in findings if f not in measured and {d.lower() for d in details(f)} - notes.known_details
-    ]
-    if others:
-        _remember(notes, _Observation(first.day, first.clock, "🟡", "Tool results: {}", "tool"), others)
+    by_priority: tuple[tuple[Priority, list[tuple[str, str]]], ...] = (("🔴", measured), ("🟡", others))
+    for priority, found in by_priority:
+        if found:
+            observation = _Observation(first.day, first.clock, priority, "Tool results: {}", "tool")
+            _remember(notes, observation, _by_tool(found))
+
+
+def _by_tool(findings: Sequence[tuple[str, str]]) -> list[str]:
+    """Findings as clauses, each tool's name before its first one only."""
+    out: list[str] = []
+    previous: str | None = None
+    for name, finding in findings:
+        out.append(finding if name == previous else f"{name}: {finding}")
+        previous = name
+    return out
 
 
 def _observe_thread(thread: _Thread, notes: _ThreadNotes) -> _ThreadNotes:
@@ -695,6 +775,7 @@ def _remembered(previous: str) -> _ThreadNotes:
             notes.seen.add(_clause_key(clause))
             if lead is not None and lead.group(0).startswith("User asked"):
                 notes.seen.add(_clause_key(_question_topic(clause)))
+                notes.topics.append(_topic_stems(_question_topic(clause)))
         notes.known_details |= {d.lower() for d in details(text)}
     if last.startswith(PROPOSAL_LEAD):
         options = [o.strip() for o in last[len(PROPOSAL_LEAD) :].split("; ")]

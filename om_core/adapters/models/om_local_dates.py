@@ -454,9 +454,13 @@ def date_mentions(text: str, today: date) -> list[DateMention]:
 
 
 def date_firmness(text: str) -> Firmness | None:
-    """How firmly ``text`` names a day: ``strong`` is worth remembering for that alone."""
-    found = {m.firmness for m in date_mentions(text, _ANY_DAY)}
-    return "strong" if "strong" in found else "weak" if found else None
+    """How firmly ``text`` names a day: ``strong`` is worth remembering for that alone; ``weak`` only for
+    a day to come ("tomorrow", "on Friday"), since what went on today or yesterday is how the day went
+    ("my inbox has been a mess today")."""
+    mentions = date_mentions(text, _ANY_DAY)
+    if any(m.firmness == "strong" for m in mentions):
+        return "strong"
+    return "weak" if any(m.day > _ANY_DAY for m in mentions) else None
 
 
 def firm_date_mentioned(text: str) -> bool:

@@ -330,10 +330,10 @@ def blocks(text: str) -> list[Block]:
     return out
 
 
-def table_rows(block: Block) -> list[str]:
+def table_rows(block: Block, *, column_names: bool = True) -> list[str]:
     """A table as clauses, a row each: its first cell, then the others under their column names
-    (``Kettle: Price 39.90, Qty 2``)."""
-    header = block.header
+    (``Kettle: Price 39.90, Qty 2``), or bare when the note names the columns once (``Kettle: 39.90, 2``)."""
+    header = block.header if column_names else []
     out: list[str] = []
     for row in block.rows:
         cells = [c for c in row if c]
@@ -605,7 +605,7 @@ _DAY_OF_TRIP = re.compile(
 # "the service on fire is ledger-worker": a definite thing and what it is
 _DEFINITION = re.compile(
     r"^(?:the|our|my)\s+(?:[\w'-]+\s+){1,5}?(?:is|are)\s+(?!a\b|an\b|so\b|very\b|really\b|just\b|pretty\b|"
-    r"quite\b|too\b|not\b|still\b|kind\b|being\b|getting\b)[\w-]+",
+    r"quite\b|too\b|not\b|still\b|kind\b|\w+ing\b)[\w-]+",
     re.I,
 )
 _COMPOUND = re.compile(r"\b[a-z]+-[a-z]+\b(?<!-on)(?<!-up)(?<!-in)")

@@ -117,7 +117,7 @@ def test_observer_drops_filler_and_small_talk() -> None:
     # an answer without observations would count as a failed Observer: one low-priority line says so
     only_filler = "Jan 5 2026:\nUser (9:00 AM): ok thanks lol\nAssistant: Sure!\nUser: yes"
     assert observe_transcript(observer_prompt(only_filler), SYSTEM).startswith(
-        "<observations>\nDate: Jan 5, 2026\n* 🟢 (09:00) Small talk\n</observations>"
+        "<observations>\nDate: Jan 5, 2026\n* 🟢 Small talk\n</observations>"
     )
 
 

@@ -79,8 +79,8 @@ def test_a_stretch_of_small_talk_is_one_short_line() -> None:
     block = observations(
         [("user", "haha ok"), ("assistant", "Sure!"), ("user", "lol")], previous=EARLIER_TODAY
     )
-    assert lines_of(block) == ["* 🟢 (09:02) Small talk"]
-    assert count_tokens(block) <= 12
+    assert lines_of(block) == ["* 🟢 Small talk"]
+    assert count_tokens(block) <= 6
 
 
 def test_a_topic_asked_again_in_other_words_is_noted_once() -> None:
@@ -152,3 +152,26 @@ def test_how_the_day_went_is_small_talk_while_a_day_to_come_dates_a_fact() -> No
     ):
         assert "🔴" not in observations([("user", chatter)]), chatter
     assert "🔴" in observations([("user", "My brother lands tomorrow.")])
+
+
+def test_a_question_brought_back_with_a_lead_is_the_same_question() -> None:
+    first = observations([("user", "Should we buy the Interrail pass?")])
+    assert "Interrail" in first
+    again = observations([("user", "Back to this: should we buy the Interrail pass?")], previous=first)
+    assert "asked" not in again
+
+
+def test_the_assistant_saying_its_proposal_again_or_giving_advice_adds_no_line() -> None:
+    block = observations(
+        [
+            ("user", "Which ferry should we take to Texel?"),
+            (
+                "assistant",
+                "I found three that fit:\n1. TESO at 09:30\n2. TESO at 11:30\n3. TESO at 13:30\n"
+                "If I had to choose, 11:30. Book early on Saturdays, they fill up.",
+            ),
+        ]
+    )
+    assert "found three" not in block
+    assert "Book early" not in block
+    assert sum("11:30" in line for line in lines_of(block)) == 1

@@ -46,6 +46,7 @@ from om_core.adapters.models.om_local_text import (
     is_question,
     json_leaves,
     looks_like_code,
+    names_a_day,
     offered_value,
     proposal_of,
     reply_choice,
@@ -304,8 +305,12 @@ def _remember(notes: _ThreadNotes, observation: _Observation, clauses: Sequence[
     notes.observations.append(observation)
 
 
+# "back to this: …", "asking again, sorry: …": how a question comes up, not what it asks
+_QUESTION_LEAD = re.compile(r"^[^:?]{1,25}:\s+(?=\S)")
+
+
 def _question_text(sentence: str) -> str:
-    body = _QUESTION_WORDS.sub("", trimmed(sentence)).rstrip("?").strip()
+    body = _QUESTION_WORDS.sub("", _QUESTION_LEAD.sub("", trimmed(sentence))).rstrip("?").strip()
     return clip_words(body[:1].lower() + body[1:] if body[:2] != body[:2].upper() else body, 14)
 
 
@@ -543,22 +548,29 @@ def _observe_assistant(part: _Part, notes: _ThreadNotes) -> None:
     prose = "\n".join(line for b in blocks(part.text) if b.kind == "prose" for line in b.lines)
     sentences = [s for s in split_sentences(prose) if not is_filler(s) and not looks_like_code(s)]
     notes.assistant_asked = bool(sentences) and sentences[-1].rstrip("\"')").endswith("?")
+    # what the proposal's line names: a sentence naming nothing else is the proposal said again
+    offered_details = {d.lower() for o in offered for d in details(o)}
     for sentence in sentences:
         if (
             sentence.endswith("?")
             or sentence.rstrip(" ?.") in offered
             or strip_list_marker(sentence) != sentence
+            # "I found four that fit:" introduces what follows
+            or sentence.rstrip().endswith(":")
         ):
             continue
         named = {d.lower() for d in details(sentence)}
+        if offered and named and named <= offered_details:
+            continue
         if _COMPLETION.search(sentence) and not _NEGATION.search(sentence):
             line = f"Assistant {assistant_line(clip_words(trimmed(sentence), 22))}"
             _remember(notes, _Observation(part.day, part.clock, "✅", "{}", "assistant"), [line])
         elif _COMMITMENT.search(sentence) and (named or _WHEN.search(sentence)):
             line = f"Assistant {assistant_line(clip_words(trimmed(sentence), 22))}"
             _remember(notes, _Observation(part.day, part.clock, "🔴", "{}", "assistant"), [line])
-        elif named - notes.known_details:
-            # a concrete answer: what it names that was not known before
+        elif {d for d in named - notes.known_details if not names_a_day(d)}:
+            # a concrete answer: what it names that was not known before, besides a day ("batch-cook on
+            # Sundays" is advice)
             line = f"Assistant: {clip_words(essential(trimmed(sentence), 20), 20).rstrip('.')}"
             _remember(notes, _Observation(part.day, part.clock, "🟡", "{}", "assistant"), [line])
     if proposal is not None:
@@ -699,9 +711,8 @@ def _nothing_new(thread: _Thread, notes: _ThreadNotes) -> None:
     if notes.observations or not thread.parts:
         return
     last = thread.parts[-1]
-    # as short as a line can be: it stands in the context for as long as the log lasts
-    text = "Small talk"
-    notes.observations.append(_Observation(last.day, last.clock, "🟢", text))
+    # as short as a line can be, with no time: it stands in the context for as long as the log lasts
+    notes.observations.append(_Observation(last.day, "", "🟢", "Small talk"))
 
 
 _MERGED_PER_LINE = 4
@@ -745,7 +756,9 @@ def _render_observation_groups(
                     lines.append("")
                 lines.append(f"Date: {format_date(obs.day)}")
             current_day, first = obs.day, False
-        lines.append(f"* {obs.priority} ({obs.clock}) {obs.text}")
+        lines.append(
+            f"* {obs.priority} ({obs.clock}) {obs.text}" if obs.clock else f"* {obs.priority} {obs.text}"
+        )
     return lines
 
 

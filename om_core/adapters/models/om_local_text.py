@@ -24,9 +24,10 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any, Literal
 
-from om_core.adapters.models.om_local_dates import date_firmness, firm_date_mentioned
+from om_core.adapters.models.om_local_dates import date_firmness, date_mentions, firm_date_mentioned
 from om_core.domain.config import DEFAULT_TOKENIZER
 from om_core.domain.tokens import make_tokenizer
 
@@ -377,7 +378,7 @@ def json_leaves(value: Any, limit: int) -> list[str]:
 # --- details ---------------------------------------------------------------------------------------------
 
 _DETAIL_TOKEN = re.compile(
-    r"[€$£¥]?\d[\d,.:/-]*[%\w]*"  # numbers, amounts, times, dates, versions, measurements (857ms)
+    r"[€$£¥]?\d(?:[\d,.:/-]*\d)?[%\w]*"  # numbers, amounts, times, dates, versions, measurements (857ms)
     r"|\b\w+(?:[_/.@#]\w+)+\b"  # identifiers, paths, handles, dotted names
     r"|(?<![\w#@])[#@][A-Za-z][\w-]+"  # channels and handles
     r"|\b[a-z0-9]+(?:-[a-z0-9]+){2,}\b"  # kebab-case names (inc-search-war)
@@ -599,6 +600,14 @@ _HABITUAL = re.compile(
     r"\bweekday\s+(?:mornings|evenings|nights)\b|\b(?:lundis|mardis|montags|dienstags|mittwochs|freitags)\b",
     re.I,
 )
+
+
+def names_a_day(word: str) -> bool:
+    """Whether a detail is a day, one to come or one of a schedule ("Friday", "Saturdays")."""
+    return bool(date_mentions(word, _ANY_DAY)) or _HABITUAL.fullmatch(word.strip()) is not None
+
+
+_ANY_DAY = date(2001, 1, 1)
 _DAY_OF_TRIP = re.compile(
     r"\bon\s+(?:the\s+)?(?:day\s+(?:\d+|one|two|three|four|five|six|seven)|\w+\s+day)\b", re.I
 )

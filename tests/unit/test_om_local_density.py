@@ -175,3 +175,31 @@ def test_the_assistant_saying_its_proposal_again_or_giving_advice_adds_no_line()
     assert "found three" not in block
     assert "Book early" not in block
     assert sum("11:30" in line for line in lines_of(block)) == 1
+
+
+def test_dot_leaders_in_tool_output_shrink_to_a_colon() -> None:
+    transcript = (
+        "Mar 10 2026:\n"
+        'Tool Call load_test: {"vus": 40}\n'
+        "Tool Result load_test: latency_p95...............: 612ms\n  errors....................: 0.4%"
+    )
+    prompt = "\n\n".join(
+        [
+            PREVIOUS_OBSERVATIONS_HEADING,
+            "(none)",
+            PRIOR_METADATA_HEADING,
+            "(none)",
+            OBSERVER_HISTORY_HEADING,
+            transcript,
+            TRANSCRIPT_END_MARKER,
+        ]
+    )
+    output = observe_transcript(prompt, SYSTEM)
+    assert "load_test: latency_p95: 612ms; errors: 0.4%" in output
+
+
+def test_a_sentence_opening_with_a_word_that_opens_code_is_prose() -> None:
+    block = observations([("user", "from the landlord's note, verbatim: la chaudière est révisée à 08:40")])
+    assert "08:40" in block
+    pasted = observations([("user", "It fails here:\nfrom billing import invoice\nif invoice.total():")])
+    assert "import" not in pasted

@@ -609,6 +609,10 @@ def _first_line(text: str, limit: int) -> str:
     return line if len(line) <= limit else line[:limit].rstrip() + "…"
 
 
+# "checks........: 92.54%": dots that lead the eye to a value, as a label's colon
+_LEADER_DOTS = re.compile(r"\s*\.{3,}\s*:?\s*")
+
+
 def _tool_findings(text: str) -> list[str]:
     """What a tool's output found: its values (JSON leaves, ``label: value`` and ``key=value`` lines,
     table rows, measured values with their units), a dozen at most; how long the tool itself took and
@@ -629,7 +633,7 @@ def _tool_findings(text: str) -> list[str]:
                 and not _FILE_LINE.search(ln)
                 and shapes[re.sub(r"\d+", "#", ln.strip())] == 1
             ]
-    return [clip_words(c, 24) for c in candidates][:_TOOL_FINDINGS]
+    return [clip_words(_LEADER_DOTS.sub(": ", c), 24) for c in candidates][:_TOOL_FINDINGS]
 
 
 def _observe_tools(run: list[_Part], notes: _ThreadNotes) -> None:

@@ -171,10 +171,16 @@ _MARKDOWN_ROW = re.compile(r"^\s*\|?[^|\n]*(?:\|[^|\n]*)+\|?\s*$")
 _MARKDOWN_RULE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(?:\|\s*:?-{2,}:?\s*)*\|?\s*$")
 _ALIGNED_GAP = re.compile(r"\t+|\s{2,}")
 _CODE_LINE = re.compile(
-    r"^\s*(?:(?:def|class|import|from|return|if|elif|else|for|while|try|except|const|let|var|function|"
-    r"public|private|package|func|fn|use|#include|SELECT|INSERT|UPDATE|CREATE)\b.*|.*[;{}]\s*$|.*=>.*|"
+    r"^\s*(?:(?:#include|SELECT|INSERT|UPDATE|CREATE)\b.*|.*[;{}]\s*$|.*=>.*|"
     r"\$ .*|>>> .*|<[a-zA-Z/][^>]*>.*)$"
 )
+# a keyword opens a statement only with a statement's syntax after it: "from the email, word for word: …"
+# and "if you can, …" are prose
+_KEYWORD_LINE = re.compile(
+    r"^\s*(?:def|class|import|from|return|if|elif|else|for|while|try|except|const|let|var|function|"
+    r"public|private|package|func|fn|use)\b"
+)
+_STATEMENT_SYNTAX = re.compile(r"[(){}\[\]=]|:\s*$|\bimport\b|^\s*\w+\s*$")
 
 
 def _markdown_cells(line: str) -> list[str]:
@@ -268,7 +274,7 @@ def _json_prefix(text: str) -> tuple[Any, int] | None:
 def looks_like_code(line: str) -> bool:
     """Program text: a statement, a block, a prompt or markup; not a line of data or measurements, which
     carry their own symbols (``p(95)=857ms``, ``| a | b |``)."""
-    if _CODE_LINE.match(line):
+    if _CODE_LINE.match(line) or (_KEYWORD_LINE.match(line) and _STATEMENT_SYNTAX.search(line)):
         return True
     symbols = sum(1 for ch in line if ch in "{}[]();<>$\\`")
     return len(line) > 0 and symbols / len(line) > 0.12

@@ -203,3 +203,16 @@ def test_a_sentence_opening_with_a_word_that_opens_code_is_prose() -> None:
     assert "08:40" in block
     pasted = observations([("user", "It fails here:\nfrom billing import invoice\nif invoice.total():")])
     assert "import" not in pasted
+
+
+def test_taking_back_what_was_said_is_a_correction_kept_with_its_new_value() -> None:
+    for correction, value in (
+        ("Scratch what I said about the venue: Lindenhof.", "Lindenhof"),
+        ("Ignore what we wrote about the caterer: Mezze Brothers.", "Mezze Brothers"),
+    ):
+        block = observations([("user", correction)])
+        assert "🔴" in block and value in block, correction
+
+
+def test_a_short_amount_of_money_is_a_detail() -> None:
+    assert "£85" in observations([("user", "Also, we pay £85 a month for the allotment.")])

@@ -463,7 +463,7 @@ def details(sentence: str) -> list[str]:
     tokens = [
         m.group(0)
         for m in _DETAIL_TOKEN.finditer(sentence)
-        if len(m.group(0)) >= 5 or m.group(0)[0].isdigit() or m.group(0)[0] in "#@"
+        if len(m.group(0)) >= 5 or m.group(0)[0].isdigit() or m.group(0)[0] in "#@€$£¥"
     ]
     opening = _opening_name(sentence)
     return tokens + ([opening] if opening else []) + proper_nouns(sentence)
@@ -593,7 +593,10 @@ def fact_weight(sentence: str) -> int:
 _LABELLED = re.compile(r"^[\w'’ -]{2,30}:\s+\S+(?:\s+\S+){0,5}[.!]?$")
 # a value corrected: what a later statement of it replaces
 CORRECTION = re.compile(
-    r"\b(?:correction|change\s+of\s+plan|scratch\s+that|i\s+meant|(?:had|got)\s+[\w' ]{1,40}\s+wrong|"
+    r"\b(?:correction|change\s+of\s+plan|scratch\s+that|i\s+meant|"
+    # "scratch what I said about the venue": what was said before, taken back
+    r"(?:scratch|forget|ignore)\s+what\s+(?:i|we)\s+(?:said|told\s+you|wrote)|"
+    r"(?:had|got)\s+[\w' ]{1,40}\s+wrong|"
     r"instead\s+of|no\s+longer|not\s+[\w' -]{1,30}\s+any\s?more|moved\s+again|changed\s+again|"
     r"rectificatif|plutôt|korrektur|stattdessen|doch\s+nicht|訂正|変更)\b",
     re.I,

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from om_core.adapters.models.om_local import count_tokens, observe_transcript
+from om_core.adapters.models.om_local import count_tokens, observe_transcript, reflect_observations
 from om_core.domain.message_input import normalize_message
 from om_core.domain.prompts import (
     OBSERVER_HISTORY_HEADING,
     PREVIOUS_OBSERVATIONS_HEADING,
     PRIOR_METADATA_HEADING,
+    REFLECTOR_END_MARKER,
+    REFLECTOR_OBSERVATIONS_HEADING,
     TRANSCRIPT_END_MARKER,
 )
 from om_core.domain.transcript import format_transcript
@@ -216,3 +218,30 @@ def test_taking_back_what_was_said_is_a_correction_kept_with_its_new_value() -> 
 
 def test_a_short_amount_of_money_is_a_detail() -> None:
     assert "£85" in observations([("user", "Also, we pay £85 a month for the allotment.")])
+
+
+def test_the_reflector_reads_a_log_of_dense_notes_and_drops_small_talk_before_facts() -> None:
+    first = observations([("user", "My cousin Idris teaches violin in Ghent.")])
+    chunks = [first]
+    for minute in range(1, 40):
+        turns = [("user", "haha ok"), ("assistant", "Sure!")]
+        if minute % 4 == 0:
+            turns = [("user", f"The piano tuner's invoice number is PT-{4400 + minute}.")]
+        chunks.append(
+            observations(turns, previous="\n\n".join(chunks), start=START + timedelta(minutes=minute))
+        )
+    # later chunks of the same day carry no header of their own
+    assert sum(chunk.count("Date:") for chunk in chunks) == 1
+    log = "\n\n".join(chunks)
+    prompt = "\n\n".join(
+        [
+            REFLECTOR_OBSERVATIONS_HEADING,
+            log,
+            f"Target size: at most {count_tokens(log) // 2} tokens.\nCompression level: 1/4\n"
+            + REFLECTOR_END_MARKER,
+        ]
+    )
+    reflected = reflect_observations(prompt)
+    assert reflected.count("Date: Mar 10, 2026") == 1
+    assert "Idris" in reflected and all(f"PT-{4400 + m}" in reflected for m in range(4, 40, 4))
+    assert "Small talk" not in reflected

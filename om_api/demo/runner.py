@@ -46,7 +46,7 @@ DEMO_TENANT = "demo"
 DEMO_PROFILE: dict[str, Any] = {
     "model": "om-local/extractive",
     "observation": {"messageTokens": 3_000, "bufferTokens": 0.2, "bufferActivation": 0.8, "blockAfter": 1.2},
-    "reflection": {"observationTokens": 1_500, "bufferActivation": 0.5, "blockAfter": 1.2},
+    "reflection": {"observationTokens": 1_000, "bufferActivation": 0.5, "blockAfter": 1.2},
 }
 
 

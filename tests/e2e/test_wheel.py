@@ -146,6 +146,8 @@ CORE_REQUIREMENTS = {
     "alembic",
     "celery",
     "fastapi",
+    # the API docs' Swagger UI and ReDoc assets, served by the API itself (no CDN): a decision of issue 21
+    "fastapi-offline",
     "flower",
     "httpx",
     "jsonschema",

@@ -211,6 +211,35 @@ def test_a_reader_waits_for_a_live_holder_and_takes_the_cycle_over_when_its_leas
         deps.close()
 
 
+def test_a_model_call_longer_than_the_lease_keeps_its_cycle_while_its_process_lives(tmp_path: Path) -> None:
+    # the call takes longer than the lease; the lease is renewed every third of it meanwhile (the margin:
+    # a renewal may be two thirds of a lease late)
+    deps = build_deps(
+        database_url=f"sqlite:///{tmp_path}/om.sqlite3",
+        dispatcher=HeldTasks(),
+        profile=memory_profile(12_000),
+        migrate=True,
+        lease_seconds=9,
+    )
+    try:
+        thread = "long-call"
+        cycle = _buffer_requested(deps, thread)
+        stream = _stream(thread)
+        outcome: list[WorkOutcome] = []
+        running = threading.Thread(
+            target=lambda: outcome.append(run_task(deps, "om.observe_buffer", stream, cycle))
+        )
+        running.start()
+        taken_back: list[tuple[str, str]] = []
+        while running.is_alive():
+            taken_back += recover_lost_cycles(deps)
+            running.join(0.5)
+        assert taken_back == [] and outcome == [WorkOutcome.COMPLETED]
+        assert [e.event_type for e in deps.store.read_stream(stream)].count("ObservationBufferFailed") == 0
+    finally:
+        deps.close()
+
+
 def test_the_keeper_renews_what_is_held_and_notices_a_lease_taken_back(deps: Deps) -> None:
     stream = "t/thread/keeper"
     keeper = LeaseKeeper(deps.leases, seconds=0.3)

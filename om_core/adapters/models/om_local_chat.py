@@ -34,6 +34,8 @@ CHAT_MODEL = "chat"
 FULL_NAME = f"{OM_LOCAL_PROVIDER}/{CHAT_MODEL}"
 QUOTE_MAX_CHARS = 200
 FACTS_SHOWN = 3
+# what every answer of this model that mentions memory says: an observation line holding it records one
+_OWN_ANSWER = "observations I remember:"
 WORDS_PER_CHUNK = 4
 
 _OBSERVATIONS_OPEN = "<observations>"
@@ -86,9 +88,15 @@ def observation_lines(messages: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _relevant(facts: list[str], question: str) -> list[str]:
+    """The lines sharing most words with the question (the newest of equals), in the log's order. Lines
+    recording this model's own earlier answers are left out: quoting them again would only nest quotes."""
     words = {w.lower() for w in _WORD.findall(question)}
-    matching = [f for f in facts if words & {w.lower() for w in _WORD.findall(f)}]
-    return (matching or facts)[-FACTS_SHOWN:]
+    own = [f for f in facts if _OWN_ANSWER not in f] or facts
+    scored = [(len(words & {w.lower() for w in _WORD.findall(f)}), index) for index, f in enumerate(own)]
+    best = sorted((s for s in scored if s[0] > 0), reverse=True)[:FACTS_SHOWN]
+    if not best:
+        return own[-FACTS_SHOWN:]
+    return [own[index] for _, index in sorted(best, key=lambda s: s[1])]
 
 
 def _tool_names(tools: Any) -> list[str]:

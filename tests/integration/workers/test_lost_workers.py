@@ -24,7 +24,12 @@ LEASES = {
     "OM_LEASE_SECONDS": "4",
     "OM_WORKER_RECOVER_INTERVAL": "1",
     "OM_WORKER_REQUEUE_AFTER": "5",
-    "OM_WORKER_STUCK_AFTER": "600",
+    # the production time limits: a worker stopped for a while must not have its task cut by the soft
+    # limit when it goes on (stopped time counts), or it would have no late result to record
+    "OM_WORKER_SOFT_TIME_LIMIT": "240",
+    "OM_WORKER_TIME_LIMIT": "300",
+    "OM_WORKER_VISIBILITY_TIMEOUT": "600",
+    "OM_WORKER_STUCK_AFTER": "900",
 }
 
 

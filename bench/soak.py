@@ -77,7 +77,9 @@ from om_core.application.task_requests import (
     TASK_OBSERVE_SYNC,
     TASK_REFLECT,
 )
-from om_core.domain.events import effect_event_id
+from om_core.domain.envelope import RecordedEvent
+from om_core.domain.events import effect_event_id, from_recorded
+from om_core.domain.state import evolve, initial_state
 from om_core.settings import ServerSettings
 from om_workers.app import create_app
 from om_workers.dispatcher import publish
@@ -646,36 +648,78 @@ _APPLIED = (
 def recovery_after_deaths(
     store: SqlEventStore, deaths: list[WorkerDeath], erased: set[str]
 ) -> dict[str, Any]:
-    """For each cycle a killed worker had not finished (it held its lease at the death, and no result of
-    it was applied before): seconds from the death to its record's next applied background result, the
-    cycle's own (another worker took it over) or the one asked for again. Records erased since are left
-    out; one with no such result is unrecovered."""
+    """For each cycle a killed worker had not finished (it held its lease at the death and the cycle was
+    still in flight then): seconds from the death until the record's background work went on. Records
+    erased since are left out; a cycle that never left flight, or whose work asked for again never
+    completed, is unrecovered."""
     seconds: list[float] = []
     unrecovered: list[str] = []
+    interrupted = 0
     for death in deaths:
         for stream_id, cycle_id in sorted(death.cycles):
             if stream_id in erased:
                 continue
-            outcome = store.find_event(effect_event_id(stream_id, cycle_id, "outcome"))
-            if outcome is not None and outcome.event_type in _APPLIED and outcome.recorded_at <= death.at:
+            resumed = resumed_after(store.read_stream(stream_id), stream_id, cycle_id, death.at)
+            if resumed is None:
                 continue  # it finished before the kill
-            after = [
-                e.recorded_at
-                for e in store.read_stream(stream_id)
-                if e.event_type in _APPLIED and e.recorded_at > death.at
-            ]
-            if after:
-                seconds.append((min(after) - death.at).total_seconds())
-            else:
+            interrupted += 1
+            if resumed is NEVER:
                 unrecovered.append(f"{stream_id} {cycle_id}")
+            else:
+                seconds.append((resumed - death.at).total_seconds())
     ordered = sorted(seconds)
     return {
         "deaths": len(deaths),
-        "interrupted_cycles": len(ordered) + len(unrecovered),
+        "interrupted_cycles": interrupted,
         "p50": round(ordered[len(ordered) // 2], 1) if ordered else None,
         "max": round(ordered[-1], 1) if ordered else None,
         "unrecovered": unrecovered,
     }
+
+
+NEVER = datetime.max.replace(tzinfo=UTC)
+# what a commit asks for when the policy finds work owed
+_REQUESTS = ("ObservationBufferRequested", "ReflectionRequested", "SyncObservationStarted")
+
+
+def resumed_after(
+    recorded: list[RecordedEvent], stream_id: str, cycle_id: str, died_at: datetime
+) -> datetime | None:
+    """When the record's background work went on after the death of the worker running ``cycle_id``: None
+    when the cycle was not in flight at the death, ``NEVER`` when it did not go on.
+
+    The stream is folded event by event to find the event that took the cycle out of flight (whatever did:
+    its own result from a worker that took it over, a synchronous observation that made it moot, or the
+    recovery closing it as ``worker_lost``). A result applied there is the resumption. A closing that
+    applies nothing resumes the record at that commit unless the same commit asked for work again (the
+    policy finds work owed); then it is that work's first applied result. A record owing nothing when its
+    cycle is closed (its conversation over, too few tokens left to buffer) has resumed all the same: its
+    next message is buffered as usual.
+    """
+    state = initial_state(stream_id)
+    was_in_flight = False
+    for index, event in enumerate(recorded):
+        evolve(state, [from_recorded(event)])
+        in_flight = state.in_flight(cycle_id) is not None
+        if in_flight:
+            was_in_flight = True
+            continue
+        if not was_in_flight:
+            continue
+        if event.recorded_at <= died_at:
+            return None
+        if event.event_type in _APPLIED:
+            return event.recorded_at
+        same_commit = [
+            e
+            for e in recorded[index + 1 :]
+            if e.recorded_at == event.recorded_at and e.metadata.get("cause") == event.metadata.get("cause")
+        ]
+        if not any(e.event_type in _REQUESTS for e in same_commit):
+            return event.recorded_at
+        later = [e.recorded_at for e in recorded[index + 1 :] if e.event_type in _APPLIED]
+        return min(later) if later else NEVER
+    return NEVER if was_in_flight else None
 
 
 def discarded_calls(store: SqlEventStore) -> dict[str, Any]:

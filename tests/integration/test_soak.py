@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak import FAULT_KINDS, SoakOptions, run_soak
+from bench.soak import FAULT_KINDS, NEVER, SoakOptions, resumed_after, run_soak
 from bench.soak_checks import (
     VIOLATION_KINDS,
     ErasedThread,
@@ -31,9 +31,12 @@ from bench.soak_checks import (
 )
 from om_core.adapters.store import SqlEventStore, create_event_store
 from om_core.adapters.store.migrations import upgrade_to_head
+from om_core.domain.envelope import RecordedEvent
 from om_core.domain.events import (
     DomainEvent,
     MessageAppended,
+    ObservationBufferCompleted,
+    ObservationBufferFailed,
     ObservationBufferRequested,
     ObservationBufferStale,
     ObservationBufferStarted,
@@ -193,3 +196,102 @@ def test_the_checks_count_what_an_erased_conversation_left_or_brought_back(tmp_p
         store.close()
     assert findings.counts == {"erased_residue": 2}
     assert findings.breakdown() == {"erased_residue": {"om_events": 2}}
+
+
+# --- what a worker's death cost: when the record's background work went on -----------------------------
+
+DIED = datetime(2026, 1, 5, 10, 0, 10, tzinfo=UTC)
+
+
+def recorded(events_at: Sequence[tuple[DomainEvent, int, str | None]]) -> list[RecordedEvent]:
+    """Events as the store returns them: each recorded ``seconds`` after the death (a commit's events share
+    their time), with the cause of their commit."""
+    out = []
+    for version, (event, seconds, cause) in enumerate(events_at, start=1):
+        new = to_new_event(event, metadata={"cause": cause} if cause else {})
+        out.append(
+            RecordedEvent(
+                global_position=version,
+                stream_id="soak/thread/t",
+                stream_version=version,
+                event_id=new.event_id,
+                event_type=new.event_type,
+                schema_version=new.schema_version,
+                data=new.data,
+                metadata=new.metadata,
+                recorded_at=DIED + timedelta(seconds=seconds),
+            )
+        )
+    return out
+
+
+def buffer_requested(cycle_id: str, through: int) -> ObservationBufferRequested:
+    return ObservationBufferRequested(
+        cycle_id=cycle_id,
+        from_seq=1,
+        to_seq=through,
+        message_tokens=10 * through,
+        pending_tokens=10 * through,
+        trigger="interval",
+        requested_at=AT,
+    )
+
+
+def buffer_completed(cycle_id: str, through: int) -> ObservationBufferCompleted:
+    return ObservationBufferCompleted(
+        cycle_id=cycle_id,
+        from_seq=1,
+        to_seq=through,
+        message_ids=[f"m{i}" for i in range(1, through + 1)],
+        message_tokens=10 * through,
+        observations="* 🔴 (10:00) noted",
+        observation_tokens=5,
+        last_observed_at=AT,
+        completed_at=AT,
+    )
+
+
+def lost(cycle_id: str) -> ObservationBufferFailed:
+    return ObservationBufferFailed(
+        cycle_id=cycle_id, error="worker lost", attempts=0, failed_at=AT, reason="worker_lost"
+    )
+
+
+BEFORE_THE_DEATH: list[tuple[DomainEvent, int, str | None]] = [
+    (ThreadConfigured(thread_id="t", at=AT), -9, None),
+    (appended(1, "m1"), -8, None),
+    (appended(2, "m2"), -8, None),
+    (buffer_requested("buffer-obs-a", 2), -8, None),
+    (ObservationBufferStarted(cycle_id="buffer-obs-a", attempt=1, started_at=AT), -7, None),
+]
+
+
+def test_a_lost_cycle_closed_with_nothing_owed_resumes_the_record_at_its_closing() -> None:
+    # the conversation is over: the recovery's commit closes the cycle and the policy asks for nothing
+    stream = recorded([*BEFORE_THE_DEATH, (lost("buffer-obs-a"), 32, "lost-worker-recovery")])
+    assert resumed_after(stream, "soak/thread/t", "buffer-obs-a", DIED) == DIED + timedelta(seconds=32)
+
+
+def test_a_lost_cycle_asked_for_again_resumes_the_record_when_that_work_completes() -> None:
+    stream = recorded(
+        [
+            *BEFORE_THE_DEATH,
+            (lost("buffer-obs-a"), 32, "lost-worker-recovery"),
+            (buffer_requested("buffer-obs-b", 2), 32, "lost-worker-recovery"),
+            (buffer_completed("buffer-obs-b", 2), 33, None),
+        ]
+    )
+    assert resumed_after(stream, "soak/thread/t", "buffer-obs-a", DIED) == DIED + timedelta(seconds=33)
+    # the work asked for again never completed: not resumed
+    assert resumed_after(stream[:-1], "soak/thread/t", "buffer-obs-a", DIED) == NEVER
+
+
+def test_a_cycle_taken_over_resumes_at_its_result_and_one_never_closed_never_resumes() -> None:
+    taken_over = recorded([*BEFORE_THE_DEATH, (buffer_completed("buffer-obs-a", 2), 21, None)])
+    assert resumed_after(taken_over, "soak/thread/t", "buffer-obs-a", DIED) == DIED + timedelta(seconds=21)
+    assert resumed_after(recorded(BEFORE_THE_DEATH), "soak/thread/t", "buffer-obs-a", DIED) == NEVER
+
+
+def test_a_cycle_that_ended_before_the_death_was_not_interrupted() -> None:
+    done = recorded([*BEFORE_THE_DEATH, (buffer_completed("buffer-obs-a", 2), -1, None)])
+    assert resumed_after(done, "soak/thread/t", "buffer-obs-a", DIED) is None

@@ -287,3 +287,28 @@ def test_the_reflector_drops_chatter_before_a_health_fact() -> None:
     )
     output = reflect(log, 300, 1)
     assert "allergic to sesame" in output
+
+
+def test_a_thing_said_to_have_changed_keeps_its_new_value_whatever_it_looks_like() -> None:
+    # the new values are lowercase words (a dish, a colour, a job): only the sentence's structure — a
+    # definite thing, a verb of change, the value — says it is worth a note
+    lines = observe(
+        [
+            ("user", "The starter for the dinner is pea soup and the hallway paint is chalk white."),
+            ("assistant", "Lovely choices."),
+            ("user", "Heads up, the starter got switched to beetroot carpaccio."),
+            ("assistant", "Got it."),
+            ("user", "Actually, the hallway paint changed — it's mossy green now, not chalk white."),
+            ("assistant", "Noted."),
+            ("user", "and Grandma's visit has been moved to the weekend after"),
+            ("assistant", "Okay."),
+            ("user", "lol we moved to the balcony, it's too hot inside"),
+        ]
+    )
+    assert kept(lines, "beetroot carpaccio")
+    assert kept(lines, "mossy green")
+    assert kept(lines, "Grandma's visit has been moved")
+    # a change of where the speaker sits names no definite thing: still small talk
+    assert not kept(lines, "balcony")
+    reflected = reflect("Date: May 14, 2026\n" + "\n".join(lines), 2_000, 1)
+    assert "beetroot carpaccio" in reflected and "pea soup" not in reflected

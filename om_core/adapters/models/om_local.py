@@ -1183,7 +1183,10 @@ _REPLACED = re.compile(
     re.I,
 )
 _SUBJECT = re.compile(
-    r"^(?:(?:user's|our|the|my)\s+(?P<subject>(?:[\w-]+\s+){0,3}?[\w-]+)\s+(?:is|are|was|were)"
+    r"^(?:(?:user's|our|the|my)\s+(?P<subject>(?:[\w-]+\s+){0,3}?[\w-]+)\s+(?:is|are|was|were|"
+    # "the caterer got switched to …", "the job changed — it's …": a new value of the same thing
+    r"(?:(?:has|have)\s+been\s+|got\s+|was\s+|were\s+)?(?:changed|switched|swapped|updated)"
+    r"(?:\s+(?:over\s+)?to|\s*[—–:,-]+\s*(?:it|they)(?:'s|’s|\s+is|\s+are)))"
     r"(?:\s+now)?(?:\s+(?P<prep>on|at|in|to|for|from|called|named|due|based|scheduled|set|booked))?\b"
     # "Budget: …"; not "run_tests failed: …", which reports an event rather than a value
     r"|(?P<label>(?![A-Za-z -]*\b(?:failed|denied|asked|shared)\b)[A-Za-z][A-Za-z -]{2,30}):\s)",

@@ -572,7 +572,7 @@ def fact_weight(sentence: str) -> int:
         weight += 1
     if _CJK.search(sentence) and re.search(r"(?:さん|様|くん|ちゃん|先生|[ァ-ヴー]{3,})", sentence):
         weight += 2
-    if _LABELLED.match(sentence.strip()) or CORRECTION.search(sentence):
+    if _LABELLED.match(sentence.strip()) or CORRECTION.search(sentence) or CHANGED.search(sentence):
         weight += 2
     weight += sum(
         1
@@ -599,6 +599,16 @@ CORRECTION = re.compile(
     r"(?:had|got)\s+[\w' ]{1,40}\s+wrong|"
     r"instead\s+of|no\s+longer|not\s+[\w' -]{1,30}\s+any\s?more|moved\s+again|changed\s+again|"
     r"rectificatif|plutôt|korrektur|stattdessen|doch\s+nicht|訂正|変更)\b",
+    re.I,
+)
+# a definite thing said to have taken a new value: "the caterer got switched to Blue Fig", "our dentist has
+# been changed to Dr. Okafor", "the failing job changed — it's nightly-etl now": whatever the value looks
+# like (a lowercase dish, a colour), a change of something already named is what a note-taker keeps
+CHANGED = re.compile(
+    r"\b(?:the|our|my|his|her|their|this|that|\w+['’]s)\s+(?:[\w'’-]+\s+){0,4}?"
+    r"(?:(?:has|have)\s+been\s+|had\s+been\s+|got\s+|was\s+|were\s+|is\s+|are\s+)?"
+    r"(?:changed|switched|swapped|updated|moved|bumped|pushed|rescheduled)"
+    r"(?:\s+(?:over\s+)?to\b|\s*[—–:,-]+\s*(?:it|they)(?:'s|’s|\s+is|\s+are|'re)\b)",
     re.I,
 )
 # what the speaker is doing, and when: "we're doing the night market walk on day two"
@@ -687,7 +697,8 @@ def classify_user_sentence(sentence: str) -> Literal["fact", "question", "reques
 
 LEADING_DISCOURSE = re.compile(
     r"^(?:(?:by the way|btw|oh|and|also|anyway|so|well|ok|okay|right|hmm|just so you know|for context|"
-    r"for the record|for what it's worth|fyi|before i forget|quick note|one more thing|random thing,? but|"
+    r"for the record|for what it's worth|fyi|heads\s+up|before i forget|quick note|one more thing|"
+    r"random thing,? but|"
     r"(?:sorry,? )?(?:asking|to ask) again|again|in case it's relevant|i should mention(?: that)?|"
     r"something to remember|i never said|not going to lie|honestly|to be fair|i mean|funny enough|"
     r"the thing is|truth be told|sorry|noted|got it|understood|sure|of course|great|perfect|wait|"

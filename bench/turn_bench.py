@@ -21,8 +21,11 @@ its own:
 
 The HTTP modes run against the deployed shape: ``om serve`` and one ``om worker`` (processes of their own,
 Postgres, a private ``redis-server``). Reported per mode: p50/p99/mean of the critical path (everything
-before the model call: the user append and the read) and of the whole turn (with the reply's append), and
-the Observer/Reflector calls the reads reported (``thisRead``).
+before the model call: the user append and the read) and of the whole turn (with the reply's append), the
+Observer/Reflector calls the reads reported (``thisRead``), and the CPU the turns cost: for the HTTP modes the
+server's, the worker's and Postgres's CPU per whole turn (read from ``/proc``, the client's own left out);
+in-process, this thread's CPU per critical path and per whole turn (``thread_time``). The machine's load
+average is reported at the start and the end.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import httpx
 from om_core.application.append import append_messages, configure_thread
 from om_core.application.turn import take_turn
 from om_core.bootstrap import build_inline
+from testing.cpu import CpuMeter, load_average
 from testing.generator import STYLES, Conversation, generate
 from testing.postgres import DEFAULT_SERVER, scratch_postgres
 from testing.processes import deployment
@@ -77,6 +81,9 @@ class Samples:
     def __init__(self) -> None:
         self.critical: list[float] = []
         self.whole: list[float] = []
+        self.cpu_critical: list[float] = []
+        self.cpu_whole: list[float] = []
+        self.processes_cpu_ms: dict[str, float | None] = {}
         self.observer_calls = 0
         self.reflector_calls = 0
         self.max_calls_in_a_read = 0
@@ -91,10 +98,17 @@ class Samples:
         self.max_calls_in_a_read = max(self.max_calls_in_a_read, observer + reflector)
 
     def report(self) -> dict[str, Any]:
+        cpu: dict[str, Any] = {}
+        if self.cpu_critical:
+            cpu["this_thread_critical_path_ms"] = distribution(self.cpu_critical)
+            cpu["this_thread_whole_turn_ms"] = distribution(self.cpu_whole)
+        if self.processes_cpu_ms:
+            cpu["per_whole_turn_ms"] = self.processes_cpu_ms
         return {
             "turns": len(self.critical),
             "critical_path_ms": distribution(self.critical),
             "whole_turn_ms": distribution(self.whole),
+            **({"cpu": cpu} if cpu else {}),
             "observer_calls_in_reads": self.observer_calls,
             "reflector_calls_in_reads": self.reflector_calls,
             "max_calls_in_one_read": self.max_calls_in_a_read,
@@ -177,13 +191,31 @@ def direct_chat_ms(conversation: Conversation, pause_s: float, calls: int = 60) 
     return distribution(samples[5:])
 
 
-def drive(conversation: Conversation, thread: str, step: Step, pause_s: float, warmup: int) -> Samples:
+def drive(
+    conversation: Conversation,
+    thread: str,
+    step: Step,
+    pause_s: float,
+    warmup: int,
+    meter: CpuMeter | None = None,
+) -> Samples:
+    """The conversation's turns, ``pause_s`` apart; with ``meter``, the measured processes' CPU per turn
+    over the turns after the warm-up (pauses included: what a process does while idle is its cost too)."""
     samples = Samples()
+    before = None
     for index, turn in enumerate(conversation.turns):
+        if index == warmup and meter is not None:
+            before = meter.snapshot()
         time.sleep(pause_s)
         critical, whole, status = step(thread, turn.user, turn.assistant)
         if index >= warmup:
             samples.add(critical, whole, status)
+    if meter is not None and before is not None and samples.critical:
+        spent = meter.since(before)
+        samples.processes_cpu_ms = {
+            group: None if seconds is None else round(seconds * 1000 / len(samples.critical), 2)
+            for group, seconds in spent.items()
+        }
     return samples
 
 
@@ -202,7 +234,9 @@ def run_http(
             for mode in modes:
                 thread = f"turn-{mode}"
                 http.put(f"/v1/threads/{thread}", json={}).raise_for_status()
-                out[mode] = drive(conversation, thread, http_step(http, mode), pause_s, warmup).report()
+                out[mode] = drive(
+                    conversation, thread, http_step(http, mode), pause_s, warmup, CpuMeter()
+                ).report()
             out["floor"] = floor(http, f"turn-{modes[0]}", pause_s)
         tracebacks = sum(log.read_text(errors="replace").count("Traceback") for log in scratch.glob("*.log"))
     out["log_tracebacks"] = tracebacks
@@ -227,16 +261,24 @@ def run_inline(
         try:
             configure_thread(deps, tenant=TENANT, thread_id=mode)
 
+            cpu_critical: list[float] = []
+            cpu_whole: list[float] = []
+
             def step(
                 thread: str, user: dict[str, Any], assistant: dict[str, Any]
             ) -> tuple[float, float, dict[str, Any]]:
+                cpu_began = time.thread_time()
                 began = time.perf_counter()
                 turn = take_turn(deps, tenant=TENANT, thread_id=thread, messages=[user])
                 critical = time.perf_counter() - began
+                cpu_critical.append((time.thread_time() - cpu_began) * 1000)
                 append_messages(deps, tenant=TENANT, thread_id=thread, messages=[assistant])
+                cpu_whole.append((time.thread_time() - cpu_began) * 1000)
                 return critical, time.perf_counter() - began, turn.read.window.status
 
-            return drive(conversation, mode, step, pause_s, warmup).report()
+            samples = drive(conversation, mode, step, pause_s, warmup)
+            samples.cpu_critical, samples.cpu_whole = cpu_critical[warmup:], cpu_whole[warmup:]
+            return samples.report()
         finally:
             dispatcher.close()
             deps.close()
@@ -244,22 +286,33 @@ def run_inline(
 
 def markdown(report: dict[str, Any]) -> str:
     rows = [
-        "| way | critical path p50 ms | p99 ms | whole turn p50 ms | p99 ms | max model calls in a read |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| way | critical path p50 ms | p99 ms | whole turn p50 ms | p99 ms | CPU ms per turn "
+        "| max model calls in a read |",
+        "|---|---:|---:|---:|---:|---|---:|",
     ]
     for mode, result in report["modes"].items():
         critical, whole = result["critical_path_ms"], result["whole_turn_ms"]
         rows.append(
             f"| {mode} | {critical['p50']} | {critical['p99']} | {whole['p50']} | {whole['p99']} "
-            f"| {result['max_calls_in_one_read']} |"
+            f"| {_cpu_cell(result.get('cpu', {}))} | {result['max_calls_in_one_read']} |"
         )
     overhead = report.get("proxy_overhead")
     if overhead:
         direct = overhead["direct_model_call_ms"]
-        rows.append(f"| (the local chat model called directly) | {direct['p50']} | {direct['p99']} | | | |")
+        rows.append(f"| (the local chat model called directly) | {direct['p50']} | {direct['p99']} | | | | |")
     for name, probe in report.get("floor_after_a_pause", {}).items():
-        rows.append(f"| (floor) `{name}` | {probe['p50']} | {probe['p99']} | | | |")
+        rows.append(f"| (floor) `{name}` | {probe['p50']} | {probe['p99']} | | | | |")
     return "\n".join(rows)
+
+
+def _cpu_cell(cpu: dict[str, Any]) -> str:
+    """In-process: this thread's p50 for the critical path / the whole turn; over HTTP: each process
+    group's mean per whole turn."""
+    if "this_thread_critical_path_ms" in cpu:
+        critical, whole = cpu["this_thread_critical_path_ms"], cpu["this_thread_whole_turn_ms"]
+        return f"{critical['p50']} / {whole['p50']} (this thread)"
+    spent = cpu.get("per_whole_turn_ms") or {}
+    return ", ".join(f"{group} {ms}" for group, ms in spent.items() if ms is not None)
 
 
 def main() -> None:
@@ -281,7 +334,11 @@ def main() -> None:
     conversation = generate(args.style, args.seed, messages=2 * args.turns)
     pause_s = args.pause_ms / 1000
     report: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average_at_start": load_average(),
+        },
         "conversation": {"style": args.style, "seed": args.seed, "turns": len(conversation.turns)},
         "profile": PROFILE,
         "pause_ms": args.pause_ms,
@@ -303,6 +360,7 @@ def main() -> None:
         }
     for mode in (m for m in modes if m in INLINE_MODES):
         report["modes"][mode] = run_inline(mode, admin_url, conversation, pause_s, args.warmup)
+    report["machine"]["load_average_at_end"] = load_average()
     json.dump(report, sys.stdout, indent=2)
     print()
     if args.markdown:

@@ -68,11 +68,26 @@ def contains_nul(value: Any) -> bool:
     return False
 
 
+class NotJsonConstantError(ApiError):
+    def __init__(self, constant: str) -> None:
+        super().__init__(
+            400,
+            "invalid_body",
+            f"the request body holds {constant}, which is not a JSON value (numbers must be finite)",
+            {"constant": constant},
+        )
+
+
+def _refuse_constant(constant: str) -> Any:
+    raise NotJsonConstantError(constant)
+
+
 def load_json_body(raw: bytes) -> Any:
     """``raw`` parsed as JSON; ``ValueError`` when it is not JSON (or not UTF-8), ``BodyTooDeepError`` when
-    it nests too deep (including past the parser's own recursion limit)."""
+    it nests too deep (including past the parser's own recursion limit), ``NotJsonConstantError`` for
+    ``NaN`` and ``Infinity``, which Python's parser takes but JSON does not have and the store cannot hold."""
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_refuse_constant)
     except RecursionError:
         raise BodyTooDeepError() from None
     if nesting_exceeds(body):

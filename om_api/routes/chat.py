@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from om_api.auth import current_tenant
 from om_api.errors import ApiError
 from om_api.formats import openai_messages
-from om_api.json_body import BodyTooDeepError, contains_nul, load_json_body
+from om_api.json_body import BodyTooDeepError, NotJsonConstantError, contains_nul, load_json_body
 from om_api.schemas import ID_PATTERN, ID_RULE
 from om_core.application.chat import (
     ChatProxy,
@@ -230,7 +230,7 @@ def _parse(raw: bytes) -> dict[str, Any]:
         body = load_json_body(raw)
     except ValueError:
         raise _BadRequest("the request body is not valid JSON", code="malformed_json") from None
-    except BodyTooDeepError as error:
+    except (BodyTooDeepError, NotJsonConstantError) as error:
         raise _BadRequest(error.message, code="invalid_body") from None
     if not isinstance(body, dict):
         raise _BadRequest("the request body must be a JSON object", code="invalid_body")

@@ -308,7 +308,7 @@ def _place_and_read(deps: Deps, turn: ChatTurn, render: Render) -> _Prepared | _
         )
         appended = len(outcome.appended)
         # as in a turn, the read starts from the state the append committed: no second store read
-        start = outcome.state.fork() if outcome.state is not None else None
+        start = outcome.state
     # the app's prompt_cache_retention is what an "auto" idle TTL follows, as on a context read
     retention = turn.options.get("prompt_cache_retention")
     window = read_context(

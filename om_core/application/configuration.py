@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from functools import lru_cache
@@ -13,7 +14,7 @@ from om_core.domain.tokens import TokenCounter, Tokenizer, make_tokenizer
 
 
 def profile_scope(profile: Mapping[str, Any]) -> str:
-    return _parse_cached(json.dumps(dict(profile), sort_keys=True)).scope
+    return _profile_config(profile).scope
 
 
 @lru_cache(maxsize=256)
@@ -21,10 +22,32 @@ def _parse_cached(canonical: str) -> MemoryConfig:
     return parse_memory_config(json.loads(canonical))
 
 
+# A record without overrides runs under its profile as loaded, an object that lives as long as the process
+# (the deployment's profiles) or the request (a tenant's, read anew each time). Merging and encoding it
+# again to find it in the parse cache cost more than the rest of deciding what an append leads to, so the
+# object itself is the key: an entry keeps it (its id cannot be reused meanwhile) with a copy of its
+# options, and a hit is a profile equal to that copy, so one changed in place is parsed again.
+_BY_PROFILE: dict[int, tuple[Mapping[str, Any], Mapping[str, Any], MemoryConfig]] = {}
+_BY_PROFILE_SIZE = 64
+
+
 def record_config(profile: Mapping[str, Any], state: RecordState) -> MemoryConfig:
     """The server profile with the thread's own overrides on top."""
-    merged = merge_config_layers(profile, state.config_overrides)
-    return _parse_cached(json.dumps(merged, sort_keys=True))
+    if state.config_overrides:
+        merged = merge_config_layers(profile, state.config_overrides)
+        return _parse_cached(json.dumps(merged, sort_keys=True))
+    return _profile_config(profile)
+
+
+def _profile_config(profile: Mapping[str, Any]) -> MemoryConfig:
+    hit = _BY_PROFILE.get(id(profile))
+    if hit is not None and hit[0] is profile and hit[1] == profile:
+        return hit[2]
+    config = _parse_cached(json.dumps(merge_config_layers(profile), sort_keys=True))
+    if len(_BY_PROFILE) >= _BY_PROFILE_SIZE:
+        _BY_PROFILE.clear()
+    _BY_PROFILE[id(profile)] = (profile, copy.deepcopy(dict(profile)), config)
+    return config
 
 
 @lru_cache(maxsize=16)

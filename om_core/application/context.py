@@ -97,7 +97,8 @@ def read_context(
     """``get_context``, also returning the state the read started from (None for time travel).
 
     ``start`` is a state the caller itself just committed (a turn's append): the read begins from it
-    instead of reading the record, as if it had come a moment earlier than any later writer.
+    instead of reading the record, as if it had come a moment earlier than any later writer. It is only
+    read: what the read decides is planned on a copy.
     ``caller_model`` and ``caller_provider_options`` are what the caller sends its own model: an
     ``activateAfterIdle: "auto"`` TTL follows them.
     """
@@ -159,7 +160,9 @@ def _settle(
     failed_rounds = 0
     found: RecordState | None = None
     for _ in range(MAX_SYNC_ROUNDS * 4):
-        if start is not None and start.stream_id == stream_id:
+        borrowed = start is not None and start.stream_id == stream_id
+        if borrowed:
+            assert start is not None
             state, start = start, None
         else:
             state = load_state(deps.records, deps.store, stream_id, deps.states)
@@ -170,7 +173,7 @@ def _settle(
         # the first plan keeps a copy of the state it starts from, but only if it commits anything
         capture = (lambda _: True) if found is None else None
         plan = plan_decisions(
-            Plan(state, capture_before=capture),
+            Plan(state, capture_before=capture, borrowed=borrowed),
             config,
             now,
             mode="read" if wait else "work",

@@ -20,7 +20,8 @@ DEFAULT_CAPACITY = 256
 class StateCache:
     """A bounded, thread-safe map from stream to (position, state), least recently used out first.
 
-    Stored states are never handed out: callers get a fork, which they own and may evolve.
+    Stored states are handed out as forks, which callers own and may evolve; ``peek`` alone lends the
+    stored state itself, to be read and let go.
     """
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
@@ -55,6 +56,13 @@ class StateCache:
                 return None
             self._entries.move_to_end(stream_id)
         return entry[1].fork()
+
+    def peek(self, stream_id: str) -> RecordState | None:
+        """The newest state held for ``stream_id`` itself, unverified, for a caller that only reads it
+        and does not keep it (placing a thread reads its profile and resource): it must not be changed."""
+        with self._lock:
+            entry = self._entries.get(stream_id)
+        return None if entry is None else entry[1]
 
     def keep(self, stream_id: str, position: int, state: RecordState) -> None:
         """Hold ``state`` (the stream as of ``position``); the caller must not change that object again."""

@@ -53,10 +53,10 @@ class ResourceRequiredError(ValueError):
 
 def thread_own_state(deps: Deps, tenant: str, thread_id: str, *, trust_cache: bool = False) -> RecordState:
     """The thread's own stream (its profile, resource and overrides). With ``trust_cache``, as this process
-    last saw it, unverified: only for a caller whose compare-and-set on the thread's stream will tell it
-    when that was stale (``place_thread``)."""
+    last saw it, unverified and lent rather than copied, to be read only: for a caller whose compare-and-set
+    on the thread's stream will tell it when that was stale (``place_thread``)."""
     stream_id = thread_stream_id(tenant, thread_id)
-    held = deps.states.latest(stream_id) if trust_cache else None
+    held = deps.states.peek(stream_id) if trust_cache else None
     return held if held is not None else load_state(deps.records, deps.store, stream_id, deps.states)
 
 

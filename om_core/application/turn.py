@@ -45,14 +45,13 @@ def take_turn(
         profile=profile,
     )
     # the read starts from the state the append committed: no second round trip to the store
-    start = appended.state.fork() if appended.state is not None else None
     read = read_context(
         deps,
         tenant=tenant,
         thread_id=thread_id,
         caller_model=caller_model,
         wait=wait,
-        start=start,
+        start=appended.state,
         caller_provider_options=caller_provider_options,
     )
     return TurnOutcome(appended=appended, read=read)

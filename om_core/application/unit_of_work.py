@@ -28,6 +28,8 @@ class Plan:
 
     The plan takes ownership of the state it is given and evolves it in place as events are added: the
     caller must not keep using that state object as "before" (``base_version`` remembers where it was).
+    A ``borrowed`` state is left as it is: the plan copies it when it adds its first event, so a plan that
+    decides nothing (most reads) costs no copy.
     """
 
     state: RecordState
@@ -42,6 +44,7 @@ class Plan:
     tasks: list[TaskRequest] = field(default_factory=list)
     sync_cycle: str | None = None
     sync_task: str | None = None
+    borrowed: bool = False
 
     def __post_init__(self) -> None:
         if self.base_version < 0:
@@ -50,7 +53,11 @@ class Plan:
 
     def add(self, event: DomainEvent, *, event_id: uuid.UUID | None = None) -> None:
         if self.prior is None and self.capture_before is not None and self.capture_before(event):
-            self.prior = (len(self.events), self.state.fork())
+            # a borrowed state stays as it was: it is the state before this event
+            self.prior = (len(self.events), self.state if self.borrowed else self.state.fork())
+        if self.borrowed:
+            self.state = self.state.fork()
+            self.borrowed = False
         self.events.append(event)
         self.event_ids.append(event_id)
         evolve(self.state, [event])

@@ -366,6 +366,26 @@ CASES += [
             ("PUT", "/v1/profiles/p1"),
         )
     ],
+    # NaN and Infinity, which Python's parser takes and JSON has not: nothing stored can hold them
+    *[
+        (
+            f"{constant} in {method} {path}",
+            method,
+            path,
+            {"content": body.replace(b"@", constant.encode()), "headers": JSON},
+            400,
+            "invalid_body",
+        )
+        for constant in ("NaN", "Infinity", "-Infinity")
+        for method, path, body in (
+            (
+                "POST",
+                "/v1/threads/t1/messages",
+                b'{"messages": [{"id": "n", "role": "user", "content": "hi", "metadata": {"x": @}}]}',
+            ),
+            ("PUT", "/v1/threads/t1", b'{"metadata": {"score": @}}'),
+        )
+    ],
 ]
 
 

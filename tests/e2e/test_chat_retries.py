@@ -248,4 +248,17 @@ def test_a_bad_idempotency_key_and_a_nested_body_are_refused_in_openai_shape(
     assert answer.status_code == 400
     assert answer.json()["error"]["code"] == "invalid_body"
     assert answer.json()["error"]["type"] == "invalid_request_error"
+    not_json = b'{"model": "x", "temperature": NaN, "messages": [{"role": "user", "content": "hi"}]}'
+    answer = httpx.post(
+        f"{server}/v1/chat/completions",
+        content=not_json,
+        headers={
+            "Authorization": f"Bearer {KEY}",
+            "content-type": "application/json",
+            "X-OM-Thread-Id": "bad",
+        },
+    )
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == "invalid_body"
+    assert "NaN" in answer.json()["error"]["message"]
     assert _stored(server, "bad") == []

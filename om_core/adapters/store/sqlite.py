@@ -11,7 +11,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +33,19 @@ from om_core.adapters.store.base import (
     _unavailable_on_connection_errors,
     _upsert_indexed_groups,
     _upsert_record,
-    _window_query,
     json_dumps,
     json_loads,
-    stored_message,
 )
-from om_core.adapters.store.schema import events, messages, outbox, records
+from om_core.adapters.store.schema import events, messages, outbox
 from om_core.application.ports import StoreUnavailableError
-from om_core.domain.envelope import NewEvent, RecordedEvent, StateSnapshot, StoredSnapshot, TaskRequest
+from om_core.domain.envelope import (
+    NewEvent,
+    RecordedEvent,
+    StateSnapshot,
+    StoredMessage,
+    StoredSnapshot,
+    TaskRequest,
+)
 from om_core.domain.upcasting import Upcasters
 
 
@@ -162,30 +167,35 @@ class SqliteEventStore(SqlEventStore, dialect="sqlite"):
     # --- projections ---------------------------------------------------------------------------------
 
     def load_snapshot(self, stream_id: str, *, known_position: int | None = None) -> StoredSnapshot | None:
-        def unless_known(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
-            text = sa.cast(column, sa.Text())
-            if known_position is None:
-                return text
-            return sa.case((records.c.position == known_position, None), else_=text)
-
-        query = sa.select(
-            unless_known(records.c.state).label("state"),
-            records.c.version,
-            records.c.position,
-            unless_known(records.c.log).label("log"),
-            records.c.observed_seq,
-        ).where(records.c.stream_id == stream_id)
-        # one read transaction: in WAL mode both reads see the same snapshot
-        with _unavailable_on_connection_errors(), self._engine.connect() as conn, conn.begin():
-            row = conn.execute(query).first()
-            if row is None:
-                return None
-            window = None
-            if row.state is not None:
-                window = tuple(
-                    stored_message(m) for m in conn.execute(_window_query(stream_id, row.observed_seq))
-                )
-        return StoredSnapshot(row.state, row.version, row.position, row.log, window)
+        # On the driver's connection, as the append: every request reads its record, and building and
+        # compiling these two selects through SQLAlchemy cost more than SQLite takes to run them.
+        try:
+            raw = self._engine.raw_connection()
+        except sqlite3.OperationalError as error:
+            raise StoreUnavailableError(str(error)) from error
+        try:
+            driver = raw.driver_connection
+            assert isinstance(driver, sqlite3.Connection)
+            # one read transaction: in WAL mode both reads see the same snapshot
+            driver.execute("BEGIN")
+            try:
+                row = driver.execute(_LOAD_RECORD_SQL, (known_position, known_position, stream_id)).fetchone()
+                if row is None:
+                    return None
+                state, version, position, log, observed_seq = row
+                window = None
+                if state is not None:
+                    window = tuple(
+                        _stored_message(m) for m in driver.execute(_WINDOW_SQL, (stream_id, observed_seq))
+                    )
+            finally:
+                driver.execute("COMMIT")
+            return StoredSnapshot(state, version, position, log, window)
+        except (sqlite3.OperationalError, sqlite3.InterfaceError) as error:
+            raw.invalidate(error)
+            raise StoreUnavailableError(str(error)) from error
+        finally:
+            raw.close()
 
     @staticmethod
     def _insert(table: sa.Table) -> Any:
@@ -268,6 +278,38 @@ _INSERT_MESSAGE_SQL = (
     "INSERT INTO om_messages (stream_id, message_id, seq, stream_version, tenant, thread_id, resource_id, "
     "role, created_at, tokens, content_hash, message, search) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+# ``position = NULL`` is never true: without a known position the documents are always read
+_LOAD_RECORD_SQL = (
+    "SELECT CASE WHEN position = ? THEN NULL ELSE CAST(state AS TEXT) END, version, position,"
+    " CASE WHEN position = ? THEN NULL ELSE CAST(log AS TEXT) END, observed_seq"
+    " FROM om_records WHERE stream_id = ?"
+)
+_WINDOW_SQL = (
+    "SELECT stream_id, message_id, seq, stream_version, thread_id, resource_id, role, created_at, tokens,"
+    " content_hash, message FROM om_messages WHERE stream_id = ? AND seq > ? ORDER BY seq"
+)
+
+
+def _stored_message(row: tuple[Any, ...]) -> StoredMessage:
+    """A row of ``_WINDOW_SQL``, with the values its columns' types give (schema.py): times as aware UTC
+    datetimes, the message as its JSON document."""
+    created_at = datetime.fromisoformat(row[7])
+    created_at = created_at.replace(tzinfo=UTC) if created_at.tzinfo is None else created_at.astimezone(UTC)
+    return StoredMessage(
+        stream_id=row[0],
+        message_id=row[1],
+        seq=row[2],
+        stream_version=row[3],
+        thread_id=row[4],
+        resource_id=row[5],
+        role=row[6],
+        created_at=created_at,
+        tokens=row[8],
+        content_hash=row[9],
+        message=json_loads(row[10]),
+    )
 
 
 def _write_append(

@@ -104,7 +104,13 @@ def serve(
     listening = f"http://{settings.host}:{settings.port}" + (f" ({workers} processes)" if workers > 1 else "")
     typer.echo(startup_line("serve", settings, auth_summary(settings), listening), err=True)
     if embedded or workers == 1:
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+        uvicorn.run(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            log_level="info",
+            access_log=settings.access_log,
+        )
         return
     # uvicorn starts each worker process afresh: each builds its own app from the OM_* environment, so the
     # options given here are passed on through it
@@ -116,6 +122,7 @@ def serve(
         host=settings.host,
         port=settings.port,
         log_level="info",
+        access_log=settings.access_log,
         workers=workers,
     )
 

@@ -194,6 +194,9 @@ class ServerSettings(BaseSettings):
     allow_sqlite_with_broker: bool = False
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65_535)
+    # a line per request from uvicorn: off by default, as formatting and writing it cost each request more
+    # than checking its key (requests are counted in /metrics either way)
+    access_log: bool = False
 
     _profile_layer: dict[str, Any] = PrivateAttr(default_factory=dict)
 

@@ -182,6 +182,18 @@ def test_embedded_serve_needs_no_key_and_says_so_in_one_line(tmp_path: Path) -> 
         f"auth by 1 OM_API_KEYS key (tenants acme), and keys made with `om keys create`; {base}"
     )
     assert "alembic" not in output and "No hostname was supplied" not in output
+    # no line per request unless asked for (OM_ACCESS_LOG)
+    assert "POST /v1/threads/t1/messages" not in output
+
+
+def test_the_access_log_is_written_when_asked_for(tmp_path: Path) -> None:
+    import httpx
+
+    log = tmp_path / "serve.log"
+    env = user_environment(OM_DATABASE_URL=f"sqlite:///{tmp_path / 'om.sqlite3'}", OM_ACCESS_LOG="true")
+    with om_server(["serve", "--embedded"], env, log) as base:
+        assert httpx.get(f"{base}/v1/threads/t1/status", timeout=30).status_code == 401
+    assert '"GET /v1/threads/t1/status HTTP/1.1" 401' in log.read_text()
 
 
 @pytest.mark.parametrize("verb", ["serve", "worker"])

@@ -169,18 +169,23 @@ class _Precompiled:
     def __init__(self, statement: sa.ClauseElement, dialect: sa.Dialect) -> None:
         compiled = statement.compile(dialect=dialect)
         assert isinstance(compiled, SQLCompiler)
-        self._compiled = compiled
         self._sql = str(compiled)
+        # the values SQLAlchemy bound itself (the 0 of a coalesce), by name
+        self._literals = {
+            name: bind.effective_value for name, bind in compiled.binds.items() if not bind.required
+        }
+        # a positional dialect (SQLite's qmark) binds by place, in the order the names occur in the SQL
+        self._positions = None if compiled.positiontup is None else tuple(compiled.positiontup)
 
     @property
     def sql(self) -> str:
         return self._sql
 
     def parameters(self, values: Mapping[str, Any]) -> Any:
-        params = self._compiled.construct_params(dict(values))
-        if self._compiled.positiontup is not None:
-            return tuple(params[name] for name in self._compiled.positiontup)
-        return params
+        if self._positions is not None:
+            literals = self._literals
+            return tuple(values[name] if name in values else literals[name] for name in self._positions)
+        return {**self._literals, **values}
 
     def execute(self, conn: Connection, values: Mapping[str, Any]) -> sa.CursorResult[Any]:
         return conn.exec_driver_sql(self._sql, self.parameters(values))

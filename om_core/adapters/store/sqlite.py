@@ -416,7 +416,9 @@ def _violated_key(error: BaseException | None) -> str | None:
 
 
 def _sqlite_json(text: BindParameter[str]) -> sa.ColumnElement[Any]:
-    return sa.func.json(text)
+    # stored as the text it is: every document bound here was written by json_dumps or pydantic, so
+    # SQLite's json() would only parse and write it again (tens of microseconds for a record's state)
+    return text
 
 
 def _sqlite_insert_tasks() -> sa.Insert:

@@ -120,6 +120,8 @@ def build_deps(
     sync_wait_seconds: float = 10.0,
     state_cache_size: int = DEFAULT_CAPACITY,
     lease_seconds: float = 30.0,
+    db_pool_size: int = 16,
+    db_max_overflow: int = 0,
 ) -> Deps:
     """``migrate`` upgrades the schema first: the embedded SQLite mode does it on start, a Postgres
     deployment runs ``om migrate`` once instead. A profile naming a cloud model whose API key is not set
@@ -132,7 +134,7 @@ def build_deps(
         models = model_gateway_for(profile)
     if migrate:
         upgrade_to_head(database_url)
-    store = create_event_store(database_url)
+    store = create_event_store(database_url, pool_size=db_pool_size, max_overflow=db_max_overflow)
     return Deps(
         # one SQL adapter plays every role of the store
         store=store,
@@ -180,6 +182,8 @@ def deps_from_settings(
         sync_wait_seconds=settings.sync_wait_seconds,
         state_cache_size=settings.state_cache_size,
         lease_seconds=settings.lease_seconds,
+        db_pool_size=settings.db_pool_size,
+        db_max_overflow=settings.db_max_overflow,
     )
 
 

@@ -178,6 +178,11 @@ class ServerSettings(BaseSettings):
     schema_wait_seconds: float = Field(default=0.0, ge=0)
     # record states a process keeps parsed between requests (om_core/application/state_cache.py)
     state_cache_size: int = Field(default=256, ge=0)
+    # Postgres connections a process keeps (opened as needed, never more at once without db_max_overflow).
+    # A connection beyond the pool is closed when it is given back, and the next burst opens it again: a
+    # backend started and torn down per request, which cost a loaded API more CPU than its queries.
+    db_pool_size: int = Field(default=16, ge=1)
+    db_max_overflow: int = Field(default=0, ge=0)
     # requests per second per tenant, in each API process (0: no limit); burst 0 means two seconds' worth
     rate_limit: float = Field(default=0.0, ge=0)
     rate_limit_burst: int = Field(default=0, ge=0)

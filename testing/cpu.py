@@ -85,16 +85,33 @@ class CpuMeter:
                     seconds = _cpu_seconds(process.pid)
                     if seconds is not None:
                         taken[group][process.pid] = seconds
+        # the whole machine and this process (a benchmark's clients), which no group holds
+        taken["machine"] = {0: _machine_busy_seconds() or 0.0}
+        own = os.times()
+        taken["this process"] = {0: own.user + own.system}
         return taken
 
     def since(self, before: Mapping[str, Mapping[int, float]]) -> dict[str, float | None]:
+        """CPU seconds per group since ``before``; "machine" is every process's (busy time of all CPUs),
+        "this process" the caller's own. A process of a group that exited meanwhile (an idle database
+        connection closed by the pool) is missing from its group but not from the machine."""
         if not _PROC.is_dir():
-            return dict.fromkeys(self.groups)
+            return dict.fromkeys([*self.groups, "machine", "this process"])
         now = self.snapshot()
         return {
             group: sum(seconds - before.get(group, {}).get(pid, 0.0) for pid, seconds in now[group].items())
-            for group in self.groups
+            for group in now
         }
+
+
+def _machine_busy_seconds() -> float | None:
+    try:
+        first = (_PROC / "stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    # user nice system idle iowait irq softirq steal ...: busy is all but idle and iowait
+    ticks = [int(v) for v in first[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / _TICKS_PER_SECOND
 
 
 def load_average() -> list[float] | None:

@@ -20,8 +20,8 @@ def create_event_store(
     url: str,
     *,
     upcasters: Upcasters | None = None,
-    pool_size: int = 5,
-    max_overflow: int = 10,
+    pool_size: int = 16,
+    max_overflow: int = 0,
     pool_pre_ping: bool = False,
 ) -> SqlEventStore:
     """A store for a ``postgresql+psycopg://`` or ``sqlite:///`` URL. The schema must be migrated already.

@@ -25,11 +25,12 @@ bench_app = typer.Typer(help="Run a benchmark from bench/ (prints JSON).", no_ar
 
 # name: (module, summary); each benchmark parses its own options, so `om bench NAME --help` is its help
 BENCHES = {
-    "api": ("bench.api_bench", "HTTP turn latency and throughput of om serve over Postgres."),
+    "api": ("bench.api_bench", "Clients back to back on the deployed processes: turns/s, CPU per turn."),
     "store": ("bench.store_bench", "The event store: append throughput and read latency."),
     "workers": ("bench.workers_bench", "Celery workers: trigger latency, throughput, reads that wait."),
     "read": ("bench.read_bench", "Context read latency beside a writer, by stream length (100 to 100k)."),
     "turn": ("bench.turn_bench", "An agent's turn, 200 ms apart, OM active: three calls, one, in-process."),
+    "instructions": ("bench.instructions_bench", "Instructions per in-process turn, counted by callgrind."),
     "real-model": ("bench.real_model_bench", "A real small model as Observer and Reflector: robustness."),
     "quality": (
         "bench.quality_bench",

@@ -158,6 +158,24 @@ def stored_message(row: Any) -> StoredMessage:
     )
 
 
+def stored_message_of(row: Sequence[Any], created_at: datetime) -> StoredMessage:
+    """A row of ``MESSAGE_COLUMNS`` as the driver returns it (a tuple, the message as JSON text), with its
+    time already read the way its backend stores it."""
+    return StoredMessage(
+        stream_id=row[0],
+        message_id=row[1],
+        seq=row[2],
+        stream_version=row[3],
+        thread_id=row[4],
+        resource_id=row[5],
+        role=row[6],
+        created_at=created_at,
+        tokens=row[8],
+        content_hash=row[9],
+        message=json_loads(row[10]),
+    )
+
+
 class _Precompiled:
     """A statement compiled once and run as driver SQL.
 

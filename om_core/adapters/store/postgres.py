@@ -38,6 +38,7 @@ from om_core.adapters.store.base import (
     _upsert_record,
     json_dumps,
     json_loads,
+    stored_message_of,
 )
 from om_core.adapters.store.schema import events, messages, outbox
 from om_core.application.ports import ConcurrencyError, DuplicateEventError, StoreUnavailableError
@@ -350,22 +351,7 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
         rows = self._run_on_driver(sql, tuple(parameters))
         if backward:
             rows.reverse()
-        return [
-            StoredMessage(
-                stream_id=row[0],
-                message_id=row[1],
-                seq=row[2],
-                stream_version=row[3],
-                thread_id=row[4],
-                resource_id=row[5],
-                role=row[6],
-                created_at=row[7].astimezone(UTC),
-                tokens=row[8],
-                content_hash=row[9],
-                message=json_loads(row[10]),
-            )
-            for row in rows
-        ]
+        return [stored_message_of(row, row[7].astimezone(UTC)) for row in rows]
 
     @staticmethod
     def _insert(table: sa.Table) -> Any:

@@ -35,6 +35,7 @@ from om_core.adapters.store.base import (
     _upsert_record,
     json_dumps,
     json_loads,
+    stored_message_of,
 )
 from om_core.adapters.store.schema import events, messages, outbox
 from om_core.application.ports import StoreUnavailableError
@@ -293,22 +294,10 @@ _WINDOW_SQL = (
 
 
 def _stored_message(row: tuple[Any, ...]) -> StoredMessage:
-    """A row of ``_WINDOW_SQL``, with the values its columns' types give (schema.py): times as aware UTC
-    datetimes, the message as its JSON document."""
+    """A row of ``_WINDOW_SQL``: SQLite keeps the time as ISO text (schema.py, UtcDateTime)."""
     created_at = datetime.fromisoformat(row[7])
-    created_at = created_at.replace(tzinfo=UTC) if created_at.tzinfo is None else created_at.astimezone(UTC)
-    return StoredMessage(
-        stream_id=row[0],
-        message_id=row[1],
-        seq=row[2],
-        stream_version=row[3],
-        thread_id=row[4],
-        resource_id=row[5],
-        role=row[6],
-        created_at=created_at,
-        tokens=row[8],
-        content_hash=row[9],
-        message=json_loads(row[10]),
+    return stored_message_of(
+        row, created_at.replace(tzinfo=UTC) if created_at.tzinfo is None else created_at.astimezone(UTC)
     )
 
 

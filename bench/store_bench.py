@@ -34,6 +34,7 @@ from om_core.adapters.store import SqlEventStore, create_event_store
 from om_core.adapters.store.migrations import upgrade_to_head
 from om_core.application.ports import ConcurrencyError
 from om_core.domain.envelope import NewEvent, StateSnapshot
+from testing.cpu import machine_busy_seconds
 from testing.postgres import DEFAULT_SERVER, scratch_postgres
 
 PAYLOAD_TEXT = "x" * 900  # with the other fields, about 1 KB of JSON per event
@@ -134,7 +135,7 @@ def append_throughput(
     for child in children:
         child.start()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    busy_before = cpu_busy_seconds()
+    busy_before = machine_busy_seconds()
     start.wait()
     began = time.perf_counter()
     totals = [results.get() for _ in children]
@@ -142,7 +143,7 @@ def append_throughput(
     for child in children:
         child.join()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    busy_after = cpu_busy_seconds()
+    busy_after = machine_busy_seconds()
     appends = sum(a for a, _ in totals)
     conflicts = sum(c for _, c in totals)
     client_cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
@@ -163,17 +164,6 @@ def append_throughput(
         figures["shared_streams"] = shared_streams
         figures["conflicts_per_s"] = round(conflicts / elapsed)
     return figures
-
-
-def cpu_busy_seconds() -> float | None:
-    """Non-idle CPU time of the whole machine so far (Linux), to account for the server's share."""
-    try:
-        with open("/proc/stat") as stat:
-            ticks = [int(field) for field in stat.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
-    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def baseline_writer(conninfo: str, seconds: float, start: Barrier, results: Any) -> None:

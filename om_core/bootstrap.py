@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from om_core.adapters.inline_dispatcher import InlineDispatcher
 from om_core.adapters.models.litellm_gateway import LiteLLMGateway, RetryPolicy
 from om_core.adapters.models.model_ids import KEYLESS_MODEL, check_model_credentials, missing_api_key
-from om_core.adapters.store import create_event_store
+from om_core.adapters.store import DEFAULT_MAX_OVERFLOW, DEFAULT_POOL_SIZE, create_event_store
 from om_core.adapters.store.migrations import alembic_config, current_revision, upgrade_to_head
 from om_core.application.deps import Deps
 from om_core.application.ports import ModelGateway, WorkDispatcher
@@ -120,8 +120,8 @@ def build_deps(
     sync_wait_seconds: float = 10.0,
     state_cache_size: int = DEFAULT_CAPACITY,
     lease_seconds: float = 30.0,
-    db_pool_size: int = 16,
-    db_max_overflow: int = 0,
+    db_pool_size: int = DEFAULT_POOL_SIZE,
+    db_max_overflow: int = DEFAULT_MAX_OVERFLOW,
 ) -> Deps:
     """``migrate`` upgrades the schema first: the embedded SQLite mode does it on start, a Postgres
     deployment runs ``om migrate`` once instead. A profile naming a cloud model whose API key is not set

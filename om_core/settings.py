@@ -28,6 +28,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from om_core.adapters.store import DEFAULT_MAX_OVERFLOW, DEFAULT_POOL_SIZE
 from om_core.domain.config import ConfigError, MemoryConfig, merge_config_layers, parse_memory_config
 from om_core.domain.placeholders import is_placeholder
 from om_core.domain.profiles import split_profile_document
@@ -178,11 +179,9 @@ class ServerSettings(BaseSettings):
     schema_wait_seconds: float = Field(default=0.0, ge=0)
     # record states a process keeps parsed between requests (om_core/application/state_cache.py)
     state_cache_size: int = Field(default=256, ge=0)
-    # Postgres connections a process keeps (opened as needed, never more at once without db_max_overflow).
-    # A connection beyond the pool is closed when it is given back, and the next burst opens it again: a
-    # backend started and torn down per request, which cost a loaded API more CPU than its queries.
-    db_pool_size: int = Field(default=16, ge=1)
-    db_max_overflow: int = Field(default=0, ge=0)
+    # Postgres connections a process keeps, opened as needed (om_core/adapters/store/__init__.py)
+    db_pool_size: int = Field(default=DEFAULT_POOL_SIZE, ge=1)
+    db_max_overflow: int = Field(default=DEFAULT_MAX_OVERFLOW, ge=0)
     # requests per second per tenant, in each API process (0: no limit); burst 0 means two seconds' worth
     rate_limit: float = Field(default=0.0, ge=0)
     rate_limit_burst: int = Field(default=0, ge=0)

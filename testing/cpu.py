@@ -1,10 +1,11 @@
 """CPU time of the processes a benchmark drives, read from ``/proc``: what an operation costs the server,
 its workers and Postgres, beside the latency the client sees.
 
-The processes are picked by what they run (``om serve``'s interpreter, Celery's worker, ``postgres``), so a
-benchmark needs no handle on them; a process that starts during the measurement counts from zero, one that
-ends during it is lost (neither happens to the long-lived processes measured here). On a machine without
-``/proc`` every figure is None.
+The processes are picked by what they run (``om serve``'s interpreter, ``om worker`` and its children,
+``postgres``), so a benchmark needs no handle on them; a process that starts during the measurement counts
+from zero, one that ends during it is lost from its group (a database connection a pool closes takes its
+backend with it). The whole machine's busy time is read beside them, and holds what the groups miss. On a
+machine without ``/proc`` every figure is None.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class CpuMeter:
                     if seconds is not None:
                         taken[group][process.pid] = seconds
         # the whole machine and this process (a benchmark's clients), which no group holds
-        taken["machine"] = {0: _machine_busy_seconds() or 0.0}
+        taken["machine"] = {0: machine_busy_seconds() or 0.0}
         own = os.times()
         taken["this process"] = {0: own.user + own.system}
         return taken
@@ -104,7 +105,8 @@ class CpuMeter:
         }
 
 
-def _machine_busy_seconds() -> float | None:
+def machine_busy_seconds() -> float | None:
+    """Non-idle CPU time of the whole machine so far, every CPU added up (None without ``/proc``)."""
     try:
         first = (_PROC / "stat").read_text().split("\n", 1)[0].split()
     except OSError:

@@ -160,12 +160,10 @@ def _settle(
     failed_rounds = 0
     found: RecordState | None = None
     for _ in range(MAX_SYNC_ROUNDS * 4):
-        borrowed = start is not None and start.stream_id == stream_id
-        if borrowed:
-            assert start is not None
-            state, start = start, None
+        if start is not None and start.stream_id == stream_id:
+            state, start, borrowed = start, None, True
         else:
-            state = load_state(deps.records, deps.store, stream_id, deps.states)
+            state, borrowed = load_state(deps.records, deps.store, stream_id, deps.states), False
         if state.version == 0:
             raise RecordNotFoundError(stream_id)
         config = config_of(deps, state)

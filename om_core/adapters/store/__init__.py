@@ -13,15 +13,28 @@ from om_core.adapters.store.postgres import PostgresEventStore, create_postgres_
 from om_core.adapters.store.sqlite import SqliteEventStore, create_sqlite_engine
 from om_core.domain.upcasting import Upcasters
 
-__all__ = ["PostgresEventStore", "SqlEventStore", "SqliteEventStore", "create_event_store"]
+__all__ = [
+    "DEFAULT_MAX_OVERFLOW",
+    "DEFAULT_POOL_SIZE",
+    "PostgresEventStore",
+    "SqlEventStore",
+    "SqliteEventStore",
+    "create_event_store",
+]
+
+# Postgres connections a process keeps, and none beyond them: a connection opened past the pool is closed
+# when it is given back, so a load above the pool starts and stops a backend per request
+# (OM_DB_POOL_SIZE, OM_DB_MAX_OVERFLOW)
+DEFAULT_POOL_SIZE = 16
+DEFAULT_MAX_OVERFLOW = 0
 
 
 def create_event_store(
     url: str,
     *,
     upcasters: Upcasters | None = None,
-    pool_size: int = 16,
-    max_overflow: int = 0,
+    pool_size: int = DEFAULT_POOL_SIZE,
+    max_overflow: int = DEFAULT_MAX_OVERFLOW,
     pool_pre_ping: bool = False,
 ) -> SqlEventStore:
     """A store for a ``postgresql+psycopg://`` or ``sqlite:///`` URL. The schema must be migrated already.

@@ -97,7 +97,8 @@ def load_json_body(raw: bytes) -> Any:
 
 def _declares_json(request: Request) -> bool:
     content_type = request.headers.get("content-type")
-    if not content_type:
+    if not content_type or content_type == "application/json":
+        # what nearly every client sends: no need to parse the header's parameters
         return True
     message = email.message.Message()
     message["content-type"] = content_type

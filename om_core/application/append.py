@@ -153,6 +153,7 @@ def append_messages(
         if shared_record and deps.store.stream_version(thread_stream_id(tenant, thread_id)) == 0:
             # resource scope: the thread itself is still recorded on its own stream, with its resource
             configure_thread(deps, tenant=tenant, thread_id=thread_id, resource_id=resource_id, profile=name)
+        # the held state is lent: the plan below copies it when it adds the first event
         held = deps.states.latest(stream_id) if trust_cache else None
         state = held if held is not None else load_state(deps.records, deps.store, stream_id, deps.states)
         # the layer, not the state: a thread created by this very plan has no profile in its state yet
@@ -169,7 +170,7 @@ def append_messages(
                 duplicates.append(message.id)
             else:
                 raise MessageConflictError(stream_id, message.id)
-        plan = Plan(state, capture_before=needs_prior_state)
+        plan = Plan(state, capture_before=needs_prior_state, borrowed=held is not None)
         if state.thread_id is None and not shared_record:
             plan.add(
                 ThreadConfigured(

@@ -47,15 +47,16 @@ class StateCache:
         return entry[1].fork()
 
     def latest(self, stream_id: str) -> RecordState | None:
-        """A fork of the newest state held for ``stream_id``, unverified. Only a writer may start from
-        it: its compare-and-set on the version and position tells it when somebody else wrote since, and
-        it then reads the record (``load_state``)."""
+        """The newest state held for ``stream_id`` itself, unverified, lent: it must not be changed, so a
+        writer plans on it borrowed (``Plan(borrowed=True)`` copies it at its first event). Only a writer
+        may start from it: its compare-and-set on the version and position tells it when somebody else
+        wrote since, and it then reads the record (``load_state``)."""
         with self._lock:
             entry = self._entries.get(stream_id)
             if entry is None:
                 return None
             self._entries.move_to_end(stream_id)
-        return entry[1].fork()
+        return entry[1]
 
     def peek(self, stream_id: str) -> RecordState | None:
         """The newest state held for ``stream_id`` itself, unverified, for a caller that only reads it

@@ -90,7 +90,10 @@ def commit(deps: Deps, plan: Plan, *, metadata: Mapping[str, Any] | None = None)
     )
     plan.state.position = result.global_positions[-1]
     plan.state.mark_log_stored()
-    deps.states.keep(stream_id, result.global_positions[-1], plan.state.fork())
+    # the cache holds the committed state itself, and the plan now only lends it: an event added to the
+    # plan afterwards starts from a copy, as must anyone else who changes ``plan.state``
+    deps.states.keep(stream_id, result.global_positions[-1], plan.state)
+    plan.borrowed = True
     if tasks:
         deps.dispatcher.dispatch(tasks)
     return result.last_version

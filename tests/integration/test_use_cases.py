@@ -211,6 +211,21 @@ def test_a_process_sees_what_another_process_wrote_through_its_state_cache(deps:
         dispatcher.close()
 
 
+def test_a_state_an_append_returned_never_changes_afterwards(deps: Deps) -> None:
+    """The cache holds the state a commit produced and lends it to the next append: that append plans on a
+    copy, so what an earlier call returned (and a turn's read started from) stays as it was."""
+    stream = thread_stream_id("a", "t")
+    returned = []
+    for i in range(1, 8):
+        outcome = append_messages(deps, tenant="a", thread_id="t", messages=[user(i)])
+        assert outcome.state is not None and outcome.state.version == outcome.version
+        returned.append((outcome.state, canonical(outcome.state.to_json())))
+    assert all(canonical(state.to_json()) == when for state, when in returned)
+    # each is the stream as of its version
+    for state, _ in returned:
+        assert state.window == replay_state(deps.store, stream, state.version).window
+
+
 def test_a_record_read_back_from_its_row_and_message_rows_equals_a_fresh_fold(deps: Deps) -> None:
     """The record row leaves the window's messages out (they are message-projection rows); temporal markers,
     which have no row, stay in it. Read back without a cache, the record is exactly the fold of its events,

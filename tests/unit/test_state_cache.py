@@ -1,4 +1,5 @@
-"""The process's state cache: forks out, never the held object; bounded; never steps back in time."""
+"""The process's state cache: a taken state is a fork, a lent one (``latest``, ``peek``) the held object that
+nobody may change; bounded; never steps back in time."""
 
 from __future__ import annotations
 
@@ -21,6 +22,14 @@ def test_a_taken_state_is_a_fork_its_taker_may_evolve() -> None:
     evolve(taken, [message(3, 10)])
     again = cache.take("s", 7)
     assert again is not None and len(again.window) == 2
+
+
+def test_the_latest_state_is_lent_not_copied() -> None:
+    cache = StateCache(4)
+    held = state("s", 2)
+    cache.keep("s", 7, held)
+    assert cache.latest("s") is held and cache.peek("s") is held
+    assert cache.latest("other") is None
 
 
 def test_only_the_state_of_the_asked_position_is_given() -> None:

@@ -37,7 +37,7 @@ from om_core.adapters.store.base import (
     json_loads,
     stored_message_of,
 )
-from om_core.adapters.store.schema import events, messages, outbox
+from om_core.adapters.store.schema import SQLITE_UTC_NOW, events, messages, outbox
 from om_core.application.ports import StoreUnavailableError
 from om_core.domain.envelope import (
     NewEvent,
@@ -283,6 +283,11 @@ _INSERT_MESSAGE_SQL = (
     "role, created_at, tokens, content_hash, message, search) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
+_UPDATE_RECORD_SQL = (
+    f"UPDATE om_records SET version = ?, state = ?, updated_at = {SQLITE_UTC_NOW}, position = ?,"
+    " log = coalesce(?, log), observed_seq = ? WHERE stream_id = ? AND tenant = ? AND thread_id IS ?"
+    " AND resource_id IS ? AND pending_work = ?"
+)
 
 # ``position = NULL`` is never true: without a known position the documents are always read
 _LOAD_RECORD_SQL = (
@@ -349,7 +354,8 @@ def _write_append(
     ]
     if snapshot is not None:
         record = _record_params(stream_id, snapshot, expected.version + len(new_events))
-        driver.execute(record_upsert.sql, record_upsert.parameters(record))
+        if expected.version == 0 or not _update_record(driver, record, positions[-1]):
+            driver.execute(record_upsert.sql, record_upsert.parameters(record))
     if message_rows:
         tenant = _tenant(stream_id, snapshot)
         default_resource = snapshot.resource_id if snapshot is not None else None
@@ -392,6 +398,31 @@ def _write_append(
         )
     driver.execute("COMMIT")
     return positions
+
+
+def _update_record(driver: sqlite3.Connection, record: dict[str, Any], position: int) -> bool:
+    """Write the record row's columns that change on every append, if the row's tenant, thread, resource
+    and pending-work flag are still those of ``record``; False when they are not (or there is no row),
+    and the full upsert must run.
+
+    SQLite rewrites the entry of every index on a column an UPDATE assigns, even to the value it holds, so
+    the upsert, which assigns them all, wrote one more page to the WAL on every append."""
+    changed = driver.execute(
+        _UPDATE_RECORD_SQL,
+        (
+            record["last_version"],
+            record["state"],
+            position,
+            record["log"],
+            record["observed_seq"],
+            record["stream_id"],
+            record["tenant"],
+            record["thread_id"],
+            record["resource_id"],
+            record["pending_work"],
+        ),
+    )
+    return changed.rowcount == 1
 
 
 def _violated_key(error: BaseException | None) -> str | None:

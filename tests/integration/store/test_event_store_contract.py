@@ -457,6 +457,18 @@ class EventStoreContract:
         loaded = store.load_snapshot(stream)
         assert loaded is not None and (loaded.version, loaded.position) == (3, many.global_positions[-1])
 
+    def test_the_record_row_follows_the_newest_thread_and_resource(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        resource = f"res-{uuid.uuid4().hex[:8]}"
+        moved = StateSnapshot(state={"k": 2}, tenant="acme", thread_id="th-1", resource_id=resource)
+        store.append(stream, [event(1)], 0, snapshot=snapshot(step=1))
+        store.append(stream, [event(2)], 1, snapshot=snapshot(step=2))
+        assert store.list_threads("acme", resource_id=resource) == []
+        store.append(stream, [event(3)], 2, snapshot=moved)
+        listed = store.list_threads("acme", resource_id=resource)
+        assert [r.thread_id for r in listed] == [stream.rsplit("/", 1)[-1]]
+        assert stored_state(store, stream) == ({"k": 2}, 3)
+
     def test_a_write_without_a_log_keeps_the_stored_one(self, store: SqlEventStore) -> None:
         stream = new_stream()
         store.append(stream, [event(1)], 0, snapshot=snapshot(step=1, log='[{"text": "a"}]'))

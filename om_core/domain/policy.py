@@ -39,8 +39,27 @@ class Limits:
         return self.buffer_tokens is not None
 
 
+# the limits last resolved for each config (itself held, so its id cannot name another one meanwhile), with
+# the observation tokens they are for: a turn asks for them a dozen times, of one config parsed once per
+# profile, at one log size
+_RESOLVED: dict[int, tuple[MemoryConfig, int, Limits]] = {}
+_RESOLVED_HELD = 256
+
+
 def resolve_limits(config: MemoryConfig, state: RecordState) -> Limits:
-    observation = thresholds.resolve_observation_thresholds(config, state.observation_tokens)
+    observation_tokens = state.observation_tokens
+    held = _RESOLVED.get(id(config))
+    if held is not None and held[0] is config and held[1] == observation_tokens:
+        return held[2]
+    limits = _limits(config, observation_tokens)
+    if len(_RESOLVED) >= _RESOLVED_HELD:
+        _RESOLVED.clear()
+    _RESOLVED[id(config)] = (config, observation_tokens, limits)
+    return limits
+
+
+def _limits(config: MemoryConfig, observation_tokens: int) -> Limits:
+    observation = thresholds.resolve_observation_thresholds(config, observation_tokens)
     reflection = thresholds.resolve_reflection_thresholds(config)
     return Limits(
         message_threshold=observation.message_tokens,

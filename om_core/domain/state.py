@@ -229,28 +229,37 @@ class RecordState(_Model):
         # the fields are the state; the private bookkeeping is not
         return isinstance(other, RecordState) and self.__dict__ == other.__dict__
 
+    @property
+    def _private(self) -> dict[str, Any]:
+        # the private attributes' own dict: ``self._window_tokens`` goes through BaseModel.__getattr__,
+        # about 35 times the cost of a field, and P alone is asked for a dozen times per turn
+        private = self.__pydantic_private__
+        assert private is not None
+        return private
+
     def log_matches_row(self) -> bool:
         """Whether the stored row holds exactly this log (segments are never edited: identity suffices)."""
-        row = self._log_in_row
+        row = self._private["_log_in_row"]
         if row is None or len(row) != len(self.log):
             return False
         return all(a is b for a, b in zip(row, self.log, strict=True))
 
     def mark_log_stored(self) -> None:
-        self._log_in_row = list(self.log)
+        self._private["_log_in_row"] = list(self.log)
 
     @property
     def pending_tokens(self) -> int:
         """P: tokens of the unobserved messages still in the window, with the conversation overhead."""
-        if not self.window:
+        window = self.window
+        if not window:
             return 0
         # the fold only appends to the window or replaces the list, so the same list at the same length
         # holds the same messages
-        memo = self._window_tokens
-        if memo is None or memo[0] is not self.window or memo[1] != len(self.window):
-            memo = (self.window, len(self.window), sum(m.tokens for m in self.window))
-            self._window_tokens = memo
-        return TOKENS_PER_CONVERSATION + memo[2]
+        private = self._private
+        memo = private["_window_tokens"]
+        if memo is None or memo[0] is not window or memo[1] != len(window):
+            memo = private["_window_tokens"] = (window, len(window), sum(m.tokens for m in window))
+        return TOKENS_PER_CONVERSATION + int(memo[2])
 
     @overload
     def in_flight(self, cycle_id: str) -> InFlight | None: ...

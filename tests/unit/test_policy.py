@@ -833,3 +833,23 @@ def test_fold_never_mutates_its_input_and_counts_versions() -> None:
     after = fold(state, [message(3, 30)])
     assert state.to_json() == before
     assert after.version == 3 and after.pending_tokens == 24 + 60
+
+
+def test_limits_follow_the_config_and_the_log_size_asked_about() -> None:
+    """Limits are remembered per config object: asked again for another config, or the same one at
+    another log size, they are those of that config at that size."""
+    shared = config(
+        observation={"messageTokens": 1000, "bufferTokens": False},
+        reflection={"observationTokens": 2000},
+        shareTokenBudget=True,
+    )
+    plain = config(
+        observation={"messageTokens": 3000, "bufferTokens": 0.1}, reflection={"observationTokens": 500}
+    )
+    small, large = initial_state("s"), initial_state("s")
+    large.observation_tokens = 1500
+    for cfg, state in [(shared, small), (plain, small), (shared, large), (shared, small), (plain, large)] * 2:
+        assert policy.resolve_limits(cfg, state) == policy._limits(cfg, state.observation_tokens)
+    assert policy.resolve_limits(shared, small).message_threshold == 3000
+    assert policy.resolve_limits(shared, large).message_threshold == 1500
+    assert policy.resolve_limits(plain, large).message_threshold == 3000

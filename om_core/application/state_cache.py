@@ -20,8 +20,8 @@ DEFAULT_CAPACITY = 256
 class StateCache:
     """A bounded, thread-safe map from stream to (position, state), least recently used out first.
 
-    Stored states are handed out as forks, which callers own and may evolve; ``peek`` alone lends the
-    stored state itself, to be read and let go.
+    ``take`` hands out a fork, which its caller owns and may evolve; ``latest`` lends the stored state
+    itself, which nobody may change.
     """
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
@@ -48,22 +48,16 @@ class StateCache:
 
     def latest(self, stream_id: str) -> RecordState | None:
         """The newest state held for ``stream_id`` itself, unverified, lent: it must not be changed, so a
-        writer plans on it borrowed (``Plan(borrowed=True)`` copies it at its first event). Only a writer
-        may start from it: its compare-and-set on the version and position tells it when somebody else
-        wrote since, and it then reads the record (``load_state``)."""
+        writer plans on it borrowed (``Plan(borrowed=True)`` copies it at its first event), and a reader
+        (placing a thread) only reads it. Only a caller whose compare-and-set on the version and position
+        will tell it when somebody else wrote since may start from it; it then reads the record
+        (``load_state``)."""
         with self._lock:
             entry = self._entries.get(stream_id)
             if entry is None:
                 return None
             self._entries.move_to_end(stream_id)
         return entry[1]
-
-    def peek(self, stream_id: str) -> RecordState | None:
-        """The newest state held for ``stream_id`` itself, unverified, for a caller that only reads it
-        and does not keep it (placing a thread reads its profile and resource): it must not be changed."""
-        with self._lock:
-            entry = self._entries.get(stream_id)
-        return None if entry is None else entry[1]
 
     def keep(self, stream_id: str, position: int, state: RecordState) -> None:
         """Hold ``state`` (the stream as of ``position``); the caller must not change that object again."""

@@ -56,7 +56,7 @@ def thread_own_state(deps: Deps, tenant: str, thread_id: str, *, trust_cache: bo
     last saw it, unverified and lent rather than copied, to be read only: for a caller whose compare-and-set
     on the thread's stream will tell it when that was stale (``place_thread``)."""
     stream_id = thread_stream_id(tenant, thread_id)
-    held = deps.states.peek(stream_id) if trust_cache else None
+    held = deps.states.latest(stream_id) if trust_cache else None
     return held if held is not None else load_state(deps.records, deps.store, stream_id, deps.states)
 
 

@@ -1,4 +1,4 @@
-"""The process's state cache: a taken state is a fork, a lent one (``latest``, ``peek``) the held object that
+"""The process's state cache: a taken state is a fork, a lent one (``latest``) the held object that
 nobody may change; bounded; never steps back in time."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def test_the_latest_state_is_lent_not_copied() -> None:
     cache = StateCache(4)
     held = state("s", 2)
     cache.keep("s", 7, held)
-    assert cache.latest("s") is held and cache.peek("s") is held
+    assert cache.latest("s") is held
     assert cache.latest("other") is None
 
 

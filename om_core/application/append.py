@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,9 +23,9 @@ from om_core.domain.events import DomainEvent, MessageAppended, TemporalMarkerIn
 from om_core.domain.message_input import (
     MessageValidationError,
     content_hash,
+    format_timestamp,
     message_text,
-    message_to_json,
-    normalize_message,
+    normalize_stored_message,
 )
 from om_core.domain.messages import Message
 from om_core.domain.parts import needs_prior_state
@@ -34,7 +34,7 @@ from om_core.domain.state import RecordState
 from om_core.domain.timeutil import format_time, parse_time
 from om_core.domain.tokens import MAX_MESSAGE_TOKENS
 
-_UNTIMED = datetime(1970, 1, 1, tzinfo=UTC)
+_UNTIMED = format_timestamp(datetime(1970, 1, 1, tzinfo=UTC))
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +133,7 @@ def append_messages(
         raise MessageValidationError("messages", "at least one message is required")
     now = deps.clock()
     normalized = [
-        normalize_message(
+        normalize_stored_message(
             raw, now=now, max_bytes=deps.max_message_bytes, thread_id=thread_id, path_prefix=f"messages[{i}]"
         )
         for i, raw in enumerate(messages)
@@ -159,13 +159,13 @@ def append_messages(
         # the layer, not the state: a thread created by this very plan has no profile in its state yet
         config = record_config(layer, state)
         counter = counter_for(config)
-        stored = deps.messages.find_messages(stream_id, [m.id for m, _ in batch]) if careful else {}
+        stored = deps.messages.find_messages(stream_id, [m.id for m, _, _ in batch]) if careful else {}
         duplicates: list[str] = []
-        fresh: list[tuple[Message, str]] = []
-        for message, digest in batch:
+        fresh: list[tuple[Message, dict[str, Any], str]] = []
+        for message, stored_form, digest in batch:
             known = stored.get(message.id)
             if known is None:
-                fresh.append((message, digest))
+                fresh.append((message, stored_form, digest))
             elif known.content_hash == digest:
                 duplicates.append(message.id)
             else:
@@ -178,7 +178,7 @@ def append_messages(
                 )
             )
         appended: list[AppendedMessage] = []
-        for message, digest in fresh:
+        for message, stored_form, digest in fresh:
             if config.temporal_markers and message.role == "user":
                 _add_gap_marker(plan, message, counter.count_text)
             # images and files are priced by the provider the message will be sent to: the caller's model,
@@ -191,7 +191,7 @@ def append_messages(
             )
             tokens = counter_for(config, reader).count_message(message)
             if tokens > MAX_MESSAGE_TOKENS:
-                index = next(i for i, m in enumerate(normalized) if m.id == message.id)
+                index = next(i for i, (m, _) in enumerate(normalized) if m.id == message.id)
                 raise MessageValidationError(
                     f"messages[{index}]",
                     f"counts {tokens:,} tokens (its attachments' sizes or estimates); "
@@ -209,7 +209,7 @@ def append_messages(
                     model=message.model,
                     tokens=tokens,
                     content_hash=digest,
-                    message=message_to_json(message),
+                    message=stored_form,
                     text=message_text(message),
                 )
             )
@@ -243,13 +243,13 @@ def append_messages(
     return retry_on_conflict(optimistic)
 
 
-def idempotency_hash(message: Message, *, client_timed: bool) -> str:
-    """What makes two sends of one message id "the same message".
+def idempotency_hash(stored: Mapping[str, Any], *, client_timed: bool) -> str:
+    """What makes two sends of one message id "the same message", from the message's stored form.
 
     A message sent without a time is stamped with the server's clock on arrival; that stamp is not part
     of what the client said, so a re-send of it must still count as a duplicate.
     """
-    return content_hash(message if client_timed else replace(message, created_at=_UNTIMED))
+    return content_hash(stored if client_timed else {**stored, "createdAt": _UNTIMED})
 
 
 def _check_profile_change(
@@ -293,11 +293,13 @@ def _check_thread_overrides(profile: Mapping[str, Any], config: Mapping[str, Any
     parse_memory_config(merge_config_layers(profile, config))
 
 
-def _dedupe_batch(messages: list[Message], client_timed: list[bool]) -> list[tuple[Message, str]]:
+def _dedupe_batch(
+    messages: list[tuple[Message, dict[str, Any]]], client_timed: list[bool]
+) -> list[tuple[Message, dict[str, Any], str]]:
     seen: dict[str, str] = {}
-    batch: list[tuple[Message, str]] = []
-    for index, message in enumerate(messages):
-        digest = idempotency_hash(message, client_timed=client_timed[index])
+    batch: list[tuple[Message, dict[str, Any], str]] = []
+    for index, (message, stored) in enumerate(messages):
+        digest = idempotency_hash(stored, client_timed=client_timed[index])
         if message.id in seen:
             if seen[message.id] != digest:
                 raise MessageValidationError(
@@ -305,7 +307,7 @@ def _dedupe_batch(messages: list[Message], client_timed: list[bool]) -> list[tup
                 )
             continue
         seen[message.id] = digest
-        batch.append((message, digest))
+        batch.append((message, stored, digest))
     return batch
 
 

@@ -568,6 +568,21 @@ def normalize_message(
     ``createdAt`` becomes ``now``. ``thread_id`` is the thread the message is appended to; a message naming
     another thread is rejected. Raises ``MessageValidationError`` naming the path under ``path_prefix``.
     """
+    return normalize_stored_message(
+        raw, now=now, max_bytes=max_bytes, thread_id=thread_id, path_prefix=path_prefix
+    )[0]
+
+
+def normalize_stored_message(
+    raw: Mapping[str, Any],
+    *,
+    now: datetime,
+    max_bytes: int,
+    thread_id: str | None = None,
+    path_prefix: str = DEFAULT_PATH_PREFIX,
+) -> tuple[Message, dict[str, Any]]:
+    """``normalize_message``, with the message's stored form (``message_to_json``) beside it: the size
+    check builds it, and an append stores and hashes the same one rather than build it again."""
     prefix = path_prefix
     if not isinstance(raw, Mapping):
         raise MessageValidationError(prefix, "must be a JSON object")
@@ -655,8 +670,9 @@ def normalize_message(
         model=_model(raw, metadata, step_models, prefix) if role == "assistant" else None,
         metadata=metadata,
     )
+    stored = message_to_json(message)
     try:
-        size = len(canonical_json(message_to_json(message)).encode("utf-8"))
+        size = len(canonical_json(stored).encode("utf-8"))
     except UnicodeEncodeError:
         raise MessageValidationError(prefix, "contains unpaired UTF-16 surrogates") from None
     except (TypeError, ValueError) as exc:
@@ -665,7 +681,7 @@ def normalize_message(
         raise MessageValidationError(
             prefix, f"message is {size} bytes as JSON, over the limit of {max_bytes} bytes"
         )
-    return message
+    return message, stored
 
 
 # --- stored form --------------------------------------------------------------------------------------------
@@ -813,14 +829,14 @@ def message_from_json(d: Mapping[str, Any]) -> Message:
     )
 
 
-def content_hash(message: Message) -> str:
-    """sha256 of what a message says: role, parts, createdAt and model (not its id, thread or metadata).
+def content_hash(stored: Mapping[str, Any]) -> str:
+    """sha256 of what a message says, from its stored form (``message_to_json``): role, parts, createdAt
+    and model (not its id, thread or metadata).
 
     The same id with the same hash is a duplicate delivery; with another hash, a conflict. A message sent
     without ``createdAt`` is stamped with the server's clock, so to compare a re-delivery against a stored
-    message, normalise it with ``now`` set to the stored ``created_at``.
+    message, hash it with ``createdAt`` set to the stored one.
     """
-    stored = message_to_json(message)
     subject = {key: stored.get(key) for key in ("role", "parts", "createdAt", "model")}
     return hashlib.sha256(canonical_json(subject).encode("utf-8")).hexdigest()
 

@@ -253,13 +253,19 @@ class RecordState(_Model):
         window = self.window
         if not window:
             return 0
-        # the fold only appends to the window or replaces the list, so the same list at the same length
-        # holds the same messages
+        # the fold only appends to the window or replaces the list, so the same list holds the messages
+        # it held, and what was appended since is counted on top
         private = self._private
         memo = private["_window_tokens"]
-        if memo is None or memo[0] is not window or memo[1] != len(window):
-            memo = private["_window_tokens"] = (window, len(window), sum(m.tokens for m in window))
-        return TOKENS_PER_CONVERSATION + int(memo[2])
+        length = len(window)
+        if memo is not None and memo[0] is window and memo[1] == length:
+            return TOKENS_PER_CONVERSATION + int(memo[2])
+        if memo is None or memo[0] is not window or memo[1] > length:
+            total = sum(m.tokens for m in window)
+        else:
+            total = memo[2] + sum(window[i].tokens for i in range(memo[1], length))
+        private["_window_tokens"] = (window, length, total)
+        return TOKENS_PER_CONVERSATION + total
 
     @overload
     def in_flight(self, cycle_id: str) -> InFlight | None: ...
@@ -329,11 +335,12 @@ class RecordState(_Model):
         length rather than its bytes: lists are copied but share their elements, because the fold never
         changes a message, chunk or log segment once it is in the state; the few objects it does change
         in place (the stats, a buffer run in flight) are copied."""
-        return self.model_copy(
+        window = list(self.window)
+        copy = self.model_copy(
             update={
                 "thread_metadata": dict(self.thread_metadata),
                 "config_overrides": dict(self.config_overrides),
-                "window": list(self.window),
+                "window": window,
                 "chunks": list(self.chunks),
                 "log": list(self.log),
                 "generations": list(self.generations),
@@ -342,6 +349,12 @@ class RecordState(_Model):
                 "stats": self.stats.model_copy(),
             }
         )
+        # the copy's window holds the same messages: their count carries over, so the copy's first
+        # append adds one message's tokens instead of summing the window again
+        memo = self._private["_window_tokens"]
+        if memo is not None and memo[0] is self.window and memo[1] == len(window):
+            copy._private["_window_tokens"] = (window, memo[1], memo[2])
+        return copy
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -14,6 +14,7 @@ from om_core.domain.message_input import (
     message_text,
     message_to_json,
     normalize_message,
+    normalize_stored_message,
 )
 from om_core.domain.messages import (
     DataPart,
@@ -566,15 +567,24 @@ def test_stored_form_omits_absent_fields() -> None:
     }
 
 
+def hash_of(message: Message) -> str:
+    return content_hash(message_to_json(message))
+
+
+def test_the_stored_form_beside_a_normalised_message_is_its_stored_form() -> None:
+    raw = {"id": "m", "role": "assistant", "content": "ok", "model": "openai/gpt-5", "metadata": {"k": 1}}
+    message, stored = normalize_stored_message(raw, now=NOW, max_bytes=10_000)
+    assert message == norm(raw)
+    assert stored == message_to_json(message)
+
+
 def test_content_hash_is_equal_for_the_same_content() -> None:
     raw = {"id": "m", "role": "user", "content": "hello", "createdAt": "2025-01-01T00:00:00Z"}
     first = norm(raw)
-    assert content_hash(first) == content_hash(norm(raw, now=NOW + timedelta(hours=1)))
+    assert hash_of(first) == hash_of(norm(raw, now=NOW + timedelta(hours=1)))
     # id, thread and metadata are not content
-    assert content_hash(first) == content_hash(
-        norm({**raw, "id": "other", "metadata": {"x": 1}}, thread_id="t")
-    )
-    assert content_hash(full_message()) == content_hash(message_from_json(message_to_json(full_message())))
+    assert hash_of(first) == hash_of(norm({**raw, "id": "other", "metadata": {"x": 1}}, thread_id="t"))
+    assert hash_of(full_message()) == hash_of(message_from_json(message_to_json(full_message())))
 
 
 @pytest.mark.parametrize(
@@ -587,20 +597,20 @@ def test_content_hash_is_equal_for_the_same_content() -> None:
 )
 def test_content_hash_differs_for_different_content(change: dict[str, Any]) -> None:
     raw = {"id": "m", "role": "user", "content": "hello", "createdAt": "2025-01-01T00:00:00Z"}
-    assert content_hash(norm(raw)) != content_hash(norm({**raw, **change}))
+    assert hash_of(norm(raw)) != hash_of(norm({**raw, **change}))
 
 
 def test_content_hash_covers_the_model() -> None:
     raw = {"id": "a", "role": "assistant", "content": "ok", "createdAt": "2025-01-01T00:00:00Z"}
-    assert content_hash(norm({**raw, "model": "openai/gpt-5"})) != content_hash(norm({**raw, "model": "x/y"}))
+    assert hash_of(norm({**raw, "model": "openai/gpt-5"})) != hash_of(norm({**raw, "model": "x/y"}))
 
 
 def test_a_redelivery_without_created_at_matches_when_normalised_at_the_stored_time() -> None:
     raw = {"id": "m", "role": "user", "content": "hi"}
     stored = norm(raw)
     redelivered = norm(raw, now=datetime(2030, 1, 1, tzinfo=timezone(timedelta(hours=3))))
-    assert content_hash(redelivered) != content_hash(stored)
-    assert content_hash(norm(raw, now=stored.created_at)) == content_hash(stored)
+    assert hash_of(redelivered) != hash_of(stored)
+    assert hash_of(norm(raw, now=stored.created_at)) == hash_of(stored)
 
 
 # --- search text --------------------------------------------------------------------------------------------

@@ -109,6 +109,12 @@ def test_pending_tokens_follow_every_change_of_the_window() -> None:
     fork = state.fork()
     evolve(fork, [message(6, 77)])
     assert fork.pending_tokens == before + 77 and state.pending_tokens == before
+    # counted on top of what was counted before, in a fork of a fork as in the fork itself
+    second = fork.fork()
+    evolve(second, [message(7, 5), message(8, 3)])
+    assert second.pending_tokens == before + 85 and fork.pending_tokens == before + 77
+    evolve(fork, [message(7, 11)])
+    assert fork.pending_tokens == before + 88 == 24 + sum(m.tokens for m in fork.window)
     evolve(
         fork,
         [activation("c2", 3)],

@@ -25,7 +25,7 @@ from om_core.domain.message_input import (
     content_hash,
     format_timestamp,
     message_text,
-    normalize_stored_message,
+    normalize_message,
 )
 from om_core.domain.messages import Message
 from om_core.domain.parts import needs_prior_state
@@ -133,7 +133,7 @@ def append_messages(
         raise MessageValidationError("messages", "at least one message is required")
     now = deps.clock()
     normalized = [
-        normalize_stored_message(
+        normalize_message(
             raw, now=now, max_bytes=deps.max_message_bytes, thread_id=thread_id, path_prefix=f"messages[{i}]"
         )
         for i, raw in enumerate(messages)

@@ -38,7 +38,6 @@ from om_core.domain.envelope import JSONDict, StoredMessage
 from om_core.domain.message_input import (
     MessageValidationError,
     canonical_json,
-    message_to_json,
     normalize_message,
 )
 
@@ -157,8 +156,8 @@ def signature(raw: Mapping[str, Any], *, thread_id: str | None = None, max_bytes
 
     Raises MessageValidationError for a message om would not accept.
     """
-    message = normalize_message(raw, now=_SIGNATURE_CLOCK, max_bytes=max_bytes, thread_id=thread_id)
-    return _signature_of_json(message_to_json(message))
+    _, stored = normalize_message(raw, now=_SIGNATURE_CLOCK, max_bytes=max_bytes, thread_id=thread_id)
+    return _signature_of_json(stored)
 
 
 def derive_message_id(thread_id: str, previous_id: str, message_signature: str) -> str:
@@ -360,10 +359,10 @@ def _status_now(deps: Deps, stream_id: str) -> TurnStatus:
 
 
 def _signature_at(raw: Mapping[str, Any], index: int, thread_id: str, max_bytes: int) -> tuple[str, str]:
-    message = normalize_message(
+    message, stored = normalize_message(
         raw, now=_SIGNATURE_CLOCK, max_bytes=max_bytes, thread_id=thread_id, path_prefix=f"messages[{index}]"
     )
-    return message.role, _signature_of_json(message_to_json(message))
+    return message.role, _signature_of_json(stored)
 
 
 def _stored_key(stored: StoredMessage) -> tuple[str, str]:

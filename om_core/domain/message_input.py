@@ -561,28 +561,15 @@ def normalize_message(
     max_bytes: int,
     thread_id: str | None = None,
     path_prefix: str = DEFAULT_PATH_PREFIX,
-) -> Message:
-    """One client message (OpenAI chat or AI SDK UI format) as a ``Message``.
+) -> tuple[Message, dict[str, Any]]:
+    """One client message (OpenAI chat or AI SDK UI format) as a ``Message``, with its stored form
+    (``message_to_json``) beside it: the size check builds that form, and callers store, hash and compare
+    the same one rather than build it again.
 
     A missing ``id`` gets a fresh uuid4 (ids are idempotency keys, so clients should send them); a missing
     ``createdAt`` becomes ``now``. ``thread_id`` is the thread the message is appended to; a message naming
     another thread is rejected. Raises ``MessageValidationError`` naming the path under ``path_prefix``.
     """
-    return normalize_stored_message(
-        raw, now=now, max_bytes=max_bytes, thread_id=thread_id, path_prefix=path_prefix
-    )[0]
-
-
-def normalize_stored_message(
-    raw: Mapping[str, Any],
-    *,
-    now: datetime,
-    max_bytes: int,
-    thread_id: str | None = None,
-    path_prefix: str = DEFAULT_PATH_PREFIX,
-) -> tuple[Message, dict[str, Any]]:
-    """``normalize_message``, with the message's stored form (``message_to_json``) beside it: the size
-    check builds it, and an append stores and hashes the same one rather than build it again."""
     prefix = path_prefix
     if not isinstance(raw, Mapping):
         raise MessageValidationError(prefix, "must be a JSON object")

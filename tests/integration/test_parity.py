@@ -131,7 +131,7 @@ def test_the_double_writes_what_mastras_mock_observer_wrote() -> None:
             },
             now=parity.user_turns(trace)[0].user_at,
             max_bytes=1_000_000,
-        )
+        )[0]
         for i, m in enumerate(trace["turns"][:27])
     ]
     written = parity.mock_observations(format_transcript(messages, gap_markers=False).text)

@@ -14,7 +14,6 @@ from om_core.domain.message_input import (
     message_text,
     message_to_json,
     normalize_message,
-    normalize_stored_message,
 )
 from om_core.domain.messages import (
     DataPart,
@@ -34,7 +33,7 @@ LIMIT = 1_000_000
 def norm(raw: dict[str, Any], **kwargs: Any) -> Message:
     kwargs.setdefault("now", NOW)
     kwargs.setdefault("max_bytes", LIMIT)
-    return normalize_message(raw, **kwargs)
+    return normalize_message(raw, **kwargs)[0]
 
 
 def rejected(raw: Any, **kwargs: Any) -> MessageValidationError:
@@ -573,7 +572,7 @@ def hash_of(message: Message) -> str:
 
 def test_the_stored_form_beside_a_normalised_message_is_its_stored_form() -> None:
     raw = {"id": "m", "role": "assistant", "content": "ok", "model": "openai/gpt-5", "metadata": {"k": 1}}
-    message, stored = normalize_stored_message(raw, now=NOW, max_bytes=10_000)
+    message, stored = normalize_message(raw, now=NOW, max_bytes=10_000)
     assert message == norm(raw)
     assert stored == message_to_json(message)
 

@@ -60,7 +60,7 @@ class ScriptedObserver(ModelGateway):
 def window(*raws: dict[str, Any], thread_id: str = "t") -> list[WindowMessage]:
     out = []
     for seq, raw in enumerate(raws, start=1):
-        message = normalize_message(raw, now=NOW, max_bytes=100_000, thread_id=thread_id)
+        message = normalize_message(raw, now=NOW, max_bytes=100_000, thread_id=thread_id)[0]
         out.append(
             window_message(
                 seq=seq,

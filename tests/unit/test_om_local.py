@@ -507,7 +507,7 @@ def test_observer_compresses_generated_conversations_and_keeps_their_facts() -> 
     for style in STYLES:
         conversation = generate(style, seed=7, messages=80)
         messages = [
-            normalize_message(m, now=datetime(2026, 1, 1, tzinfo=UTC), max_bytes=1_000_000)
+            normalize_message(m, now=datetime(2026, 1, 1, tzinfo=UTC), max_bytes=1_000_000)[0]
             for m in conversation.messages()
         ]
         observed = ""

@@ -36,7 +36,7 @@ def observe(turns: list[tuple[str, str]], previous: str = "(none)", start: datet
             },
             now=start,
             max_bytes=1_000_000,
-        )
+        )[0]
         for i, (role, text) in enumerate(turns)
     ]
     transcript = format_transcript(messages, gap_markers=False).text

@@ -33,7 +33,7 @@ USER_OVERHEAD = 5
 
 def msg(raw_parts: list[dict[str, Any]] | str, role: str = "user") -> Message:
     body: dict[str, Any] = {"content": raw_parts} if isinstance(raw_parts, str) else {"parts": raw_parts}
-    return normalize_message({"id": "m", "role": role, **body}, now=NOW, max_bytes=10**8)
+    return normalize_message({"id": "m", "role": role, **body}, now=NOW, max_bytes=10**8)[0]
 
 
 def attachment_tokens(part: dict[str, Any], provider_model: str | None = None) -> int:
@@ -290,7 +290,7 @@ def test_tool_error_and_denial_are_extra_messages_with_their_text() -> None:
 def test_openai_tool_message_counts_its_result_as_an_extra_message() -> None:
     m = normalize_message(
         {"id": "t", "role": "tool", "tool_call_id": "c1", "content": "21 degrees"}, now=NOW, max_bytes=10**6
-    )
+    )[0]
     assert TokenCounter(TOKENX).count_message(m) == round(1 + TOKENX.count("21 degrees") + 3.8 + 3.8)
 
 

@@ -9,6 +9,7 @@ from functools import lru_cache
 from typing import Any
 
 from om_core.domain.config import MemoryConfig, merge_config_layers, parse_memory_config
+from om_core.domain.identity_memo import IdentityMemo
 from om_core.domain.state import RecordState
 from om_core.domain.tokens import TokenCounter, Tokenizer, make_tokenizer
 
@@ -27,8 +28,7 @@ def _parse_cached(canonical: str) -> MemoryConfig:
 # again to find it in the parse cache cost more than the rest of deciding what an append leads to, so the
 # object itself is the key: an entry keeps it (its id cannot be reused meanwhile) with a copy of its
 # options, and a hit is a profile equal to that copy, so one changed in place is parsed again.
-_BY_PROFILE: dict[int, tuple[Mapping[str, Any], Mapping[str, Any], MemoryConfig]] = {}
-_BY_PROFILE_SIZE = 64
+_BY_PROFILE: IdentityMemo[MemoryConfig] = IdentityMemo(64)
 
 
 def record_config(profile: Mapping[str, Any], state: RecordState) -> MemoryConfig:
@@ -40,13 +40,10 @@ def record_config(profile: Mapping[str, Any], state: RecordState) -> MemoryConfi
 
 
 def _profile_config(profile: Mapping[str, Any]) -> MemoryConfig:
-    hit = _BY_PROFILE.get(id(profile))
-    if hit is not None and hit[0] is profile and hit[1] == profile:
-        return hit[2]
-    config = _parse_cached(json.dumps(merge_config_layers(profile), sort_keys=True))
-    if len(_BY_PROFILE) >= _BY_PROFILE_SIZE:
-        _BY_PROFILE.clear()
-    _BY_PROFILE[id(profile)] = (profile, copy.deepcopy(dict(profile)), config)
+    config = _BY_PROFILE.get(profile, profile)
+    if config is None:
+        config = _parse_cached(json.dumps(merge_config_layers(profile), sort_keys=True))
+        _BY_PROFILE.put(profile, copy.deepcopy(dict(profile)), config)
     return config
 
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from om_core.domain import thresholds
 from om_core.domain.config import MemoryConfig
 from om_core.domain.events import TriggeredBy
+from om_core.domain.identity_memo import IdentityMemo
 from om_core.domain.state import RecordState, WindowMessage
 from om_core.domain.timeutil import parse_time
 from om_core.domain.tokens import TOKENS_PER_CONVERSATION
@@ -39,22 +40,17 @@ class Limits:
         return self.buffer_tokens is not None
 
 
-# the limits last resolved for each config (itself held, so its id cannot name another one meanwhile), with
-# the observation tokens they are for: a turn asks for them a dozen times, of one config parsed once per
-# profile, at one log size
-_RESOLVED: dict[int, tuple[MemoryConfig, int, Limits]] = {}
-_RESOLVED_HELD = 256
+# the limits last resolved for each config, with the observation tokens they are for: a turn asks for them a
+# dozen times, of one config parsed once per profile, at one log size
+_RESOLVED: IdentityMemo[Limits] = IdentityMemo(256)
 
 
 def resolve_limits(config: MemoryConfig, state: RecordState) -> Limits:
     observation_tokens = state.observation_tokens
-    held = _RESOLVED.get(id(config))
-    if held is not None and held[0] is config and held[1] == observation_tokens:
-        return held[2]
-    limits = _limits(config, observation_tokens)
-    if len(_RESOLVED) >= _RESOLVED_HELD:
-        _RESOLVED.clear()
-    _RESOLVED[id(config)] = (config, observation_tokens, limits)
+    limits = _RESOLVED.get(config, observation_tokens)
+    if limits is None:
+        limits = _limits(config, observation_tokens)
+        _RESOLVED.put(config, observation_tokens, limits)
     return limits
 
 

@@ -160,22 +160,17 @@ def _truncate_ms(moment: datetime) -> datetime:
 
 
 def _parse_timestamp(value: Any, path: str) -> datetime:
-    invalid = MessageValidationError(path, "must be an ISO 8601 timestamp or epoch milliseconds")
-    if isinstance(value, bool):
-        raise invalid
-    if isinstance(value, int | float):
-        if not math.isfinite(value):
-            raise invalid
-        try:
-            return _truncate_ms(_EPOCH + timedelta(milliseconds=value))
-        except OverflowError:
-            raise invalid from None
     if isinstance(value, str):
         try:
             return _truncate_ms(datetime.fromisoformat(value))
         except (ValueError, OverflowError):
-            raise invalid from None
-    raise invalid
+            pass
+    elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        try:
+            return _truncate_ms(_EPOCH + timedelta(milliseconds=value))
+        except OverflowError:
+            pass
+    raise MessageValidationError(path, "must be an ISO 8601 timestamp or epoch milliseconds")
 
 
 def _opt_timestamp(d: Mapping[str, Any], path: str) -> datetime | None:

@@ -274,7 +274,7 @@ class SqlEventStore(
             raise ValueError("append needs at least one event")
         if expected_version < 0:
             raise ValueError(f"expected_version must be >= 0, got {expected_version}")
-        if len({e.event_id for e in events}) != len(events):
+        if len(events) > 1 and len({e.event_id for e in events}) != len(events):
             raise ValueError("an event id appears twice in one append")
         if expected_version == 0:
             expected_position = None

@@ -44,6 +44,7 @@ from om_core.domain.events import (
     ThreadTitleChanged,
     ValuesExtracted,
 )
+from om_core.domain.json_text import sorted_json
 from om_core.domain.profiles import DEFAULT_PROFILE
 from om_core.domain.tokens import TOKENS_PER_CONVERSATION
 
@@ -427,6 +428,7 @@ def window_message(
     message: dict[str, Any],
 ) -> WindowMessage:
     """A stored message as the window holds it: from its event (the fold) or its projection row."""
+    body = _compact(message)
     return WindowMessage(
         seq=seq,
         message_id=message_id,
@@ -435,8 +437,9 @@ def window_message(
         tokens=tokens,
         created_at=created_at,
         model=model,
-        pending_tool_call=_has_pending_tool_call(message),
-        body=_compact(message),
+        # only a message with a tool part can wait for a result: the text says whether it has one
+        pending_tool_call='"tool-invocation"' in body and _has_pending_tool_call(message),
+        body=body,
     )
 
 
@@ -467,7 +470,7 @@ def _message_appended(s: RecordState, e: MessageAppended) -> None:
 
 def _compact(message: dict[str, Any]) -> str:
     # canonical: jsonb does not keep key order, and a replay must give the very same text
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return sorted_json(message)
 
 
 def _has_pending_tool_call(message: dict[str, Any]) -> bool:

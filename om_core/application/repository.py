@@ -8,9 +8,16 @@ from pydantic import TypeAdapter, ValidationError
 
 from om_core.application.ports import EventStore, RecordProjection
 from om_core.application.state_cache import StateCache
-from om_core.domain.envelope import StateSnapshot, StoredMessage
+from om_core.domain.envelope import StateSnapshot, StoredMessage, StoredSnapshot
 from om_core.domain.events import from_recorded
-from om_core.domain.state import LogSegment, RecordState, fold, initial_state, window_message
+from om_core.domain.state import (
+    InvariantViolation,
+    LogSegment,
+    RecordState,
+    fold,
+    initial_state,
+    window_message,
+)
 from om_core.domain.timeutil import format_time
 
 _LOG_SEGMENTS = TypeAdapter(list[LogSegment])
@@ -28,13 +35,25 @@ def load_state(
     Every commit writes it in the same transaction as its events, so it is never behind them, and the row
     and the window's messages are read from one snapshot. A stream without one (its projection was
     dropped, or written by an older shape of the state) is folded from its events, read from ``store``.
-    With a ``cache`` that holds the stream's current state, only the row's position is read.
+    With a ``cache`` that holds the stream's current state, only the row's position is read; one that holds
+    a state a few events behind (another process wrote since) gets those events and folds them onto it.
     """
-    known = cache.position(stream_id) if cache is not None else None
-    stored = records.load_snapshot(stream_id, known_position=known)
+    held = cache.latest(stream_id) if cache is not None else None
+    if held is None:
+        stored = records.load_snapshot(stream_id)
+    else:
+        stored = records.load_snapshot(stream_id, known_position=held.position, known_version=held.version)
     if stored is None:
         # an unknown stream is an empty state; a stream with events but no row is a dropped projection
         return _replayed(store, stream_id, "no record row")
+    if stored.events is not None and held is not None and cache is not None:
+        caught_up = _caught_up(held, stored)
+        if caught_up is not None:
+            cache.keep(stream_id, stored.position, caught_up)
+            return caught_up.fork()
+        stored = records.load_snapshot(stream_id)
+        if stored is None:
+            return _replayed(store, stream_id, "no record row")
     if stored.state is None and cache is not None:
         held = cache.take(stream_id, stored.position)
         if held is not None:
@@ -65,6 +84,20 @@ def load_state(
         return state
     cache.keep(stream_id, stored.position, state)
     return state.fork()
+
+
+def _caught_up(held: RecordState, stored: StoredSnapshot) -> RecordState | None:
+    """The state held, moved on by the events written since (another process's commits), as the row names
+    it; None if they do not lead exactly there."""
+    assert stored.events is not None
+    if not stored.events or stored.events[-1].global_position != stored.position:
+        return None
+    try:
+        state = fold(held, [from_recorded(r) for r in stored.events], version=stored.version)
+    except InvariantViolation:
+        return None
+    state.position = stored.position
+    return state
 
 
 def _replayed(store: EventStore, stream_id: str, reason: str) -> RecordState:

@@ -126,6 +126,9 @@ class StoredSnapshot:
     # the message rows after the row's ``observed_seq``, in seq order, read in the same snapshot as the row;
     # None when ``state`` is left out
     window: tuple[StoredMessage, ...] | None = None
+    # the events since the state the reader holds, when the row came without its document for that reason
+    # (``RecordProjection.load_snapshot``'s ``known_version``)
+    events: tuple[RecordedEvent, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

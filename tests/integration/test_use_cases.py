@@ -211,6 +211,48 @@ def test_a_process_sees_what_another_process_wrote_through_its_state_cache(deps:
         dispatcher.close()
 
 
+def test_a_process_a_few_events_behind_folds_them_onto_the_state_it_holds(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's commits reach this process's cache as the events written since, folded onto the
+    state it holds: exactly the record a full read gives, across messages, observations and activations. A
+    process further behind reads the record whole."""
+    other, dispatcher = build_inline(
+        database_url=deps.store.engine.url.render_as_string(False), profile=PROFILE
+    )
+    stream = thread_stream_id("a", "t")
+    ways: list[str] = []
+    load_snapshot = deps.records.load_snapshot
+
+    def noted(stream_id: str, **held: Any) -> Any:
+        stored = load_snapshot(stream_id, **held)
+        if held.get("known_version") is not None and stored is not None:
+            ways.append(
+                "events" if stored.events is not None else "cached" if stored.state is None else "whole"
+            )
+        return stored
+
+    monkeypatch.setattr(deps.records, "load_snapshot", noted)
+    try:
+        seq = 0
+        for round_ in range(40):
+            # mostly one message from the other process; now and then one of ours, or a long run of theirs
+            writer, count = (deps, 1) if round_ % 5 == 4 else (other, 12 if round_ % 13 == 12 else 1)
+            for _ in range(count):
+                seq += 1
+                append_messages(writer, tenant="a", thread_id="t", messages=[user(seq)])
+            mine = load_state(deps.records, deps.store, stream, deps.states)
+            whole = load_state(deps.records, deps.store, stream)
+            assert (mine.version, mine.position) == (whole.version, whole.position)
+            assert canonical(mine.to_json()) == canonical(whole.to_json())
+            assert mine.window == whole.window
+        assert {"events", "whole"} <= set(ways)
+        events = deps.store.read_stream(stream)
+        assert {"ObservationBufferCompleted", "ChunksActivated"} <= {e.event_type for e in events}
+    finally:
+        dispatcher.close()
+
+
 def test_a_state_an_append_returned_never_changes_afterwards(deps: Deps) -> None:
     """The cache holds the state a commit produced and lends it to the next append: that append plans on a
     copy, so what an earlier call returned (and a turn's read started from) stays as it was."""

@@ -361,7 +361,7 @@ class SqlEventStore(
         with _unavailable_on_connection_errors(), self._engine.connect() as conn:
             return _current_version(conn, stream_id)
 
-    def _recorded(self, row: Row[Any]) -> RecordedEvent:
+    def _recorded(self, row: Row[Any] | tuple[Any, ...]) -> RecordedEvent:
         position, stream_id, version, event_id, event_type, stored_schema, data, metadata, recorded_at = row
         schema_version, data = self._upcasters.upcast(event_type, stored_schema, data)
         return RecordedEvent(

@@ -41,7 +41,12 @@ from om_core.adapters.store.base import (
     stored_message_of,
 )
 from om_core.adapters.store.schema import events, messages, outbox
-from om_core.application.ports import ConcurrencyError, DuplicateEventError, StoreUnavailableError
+from om_core.application.ports import (
+    CATCH_UP_EVENTS,
+    ConcurrencyError,
+    DuplicateEventError,
+    StoreUnavailableError,
+)
 from om_core.domain.envelope import (
     NewEvent,
     RecordedEvent,
@@ -320,13 +325,31 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
 
     # --- projections ---------------------------------------------------------------------------------
 
-    def load_snapshot(self, stream_id: str, *, known_position: int | None = None) -> StoredSnapshot | None:
+    def load_snapshot(
+        self, stream_id: str, *, known_position: int | None = None, known_version: int | None = None
+    ) -> StoredSnapshot | None:
+        if known_position is None or known_version is None:
+            found = self._run_on_driver(
+                _POSTGRES_SNAPSHOT_SQL, (known_position, known_position, known_position, stream_id)
+            )
+            if not found:
+                return None
+            state, version, position, log, window = found[0]
+            return StoredSnapshot(
+                state, version, position, log, None if state is None else _window_from_json(stream_id, window)
+            )
         found = self._run_on_driver(
-            _POSTGRES_SNAPSHOT_SQL, (known_position, known_position, known_position, stream_id)
+            _POSTGRES_CATCH_UP_SQL,
+            (known_position,) * 4
+            + (known_version, known_version, CATCH_UP_EVENTS, known_version, known_version, known_position)
+            + (stream_id,),
         )
         if not found:
             return None
-        state, version, position, log, window = found[0]
+        state, version, position, log, window, caught_up = found[0]
+        if caught_up is not None:
+            events = tuple(self._recorded(row) for row in _events_from_json(stream_id, caught_up))
+            return StoredSnapshot(None, version, position, events=events)
         return StoredSnapshot(
             state, version, position, log, None if state is None else _window_from_json(stream_id, window)
         )
@@ -627,6 +650,51 @@ _POSTGRES_SNAPSHOT_SQL = (
     " FROM om_messages m WHERE m.stream_id = r.stream_id AND m.seq > r.observed_seq) END"
     " FROM om_records r WHERE stream_id = %s::text"
 )
+
+
+# ``_POSTGRES_SNAPSHOT_SQL`` for a reader that holds the state of a known version and position: when the row
+# has moved on by at most CATCH_UP_EVENTS events and the stream still holds that version at that position,
+# the events since come back instead of the document and the window (RecordProjection.load_snapshot).
+# Parameters: the known position four times, the known version twice, the limit, the known version twice,
+# the known position and the stream id.
+_POSTGRES_CATCH_UP_SQL = (
+    "SELECT CASE WHEN r.position = %s::bigint OR c.events IS NOT NULL THEN NULL ELSE r.state::text END,"
+    " r.version, r.position,"
+    " CASE WHEN r.position = %s::bigint OR c.events IS NOT NULL THEN NULL ELSE r.log::text END,"
+    " CASE WHEN r.position = %s::bigint OR c.events IS NOT NULL THEN NULL ELSE (SELECT json_agg("
+    "json_build_array(m.message_id, m.seq, m.stream_version, m.thread_id, m.resource_id, m.role,"
+    " m.created_at AT TIME ZONE 'UTC', m.tokens, m.content_hash, m.message) ORDER BY m.seq)::text"
+    " FROM om_messages m WHERE m.stream_id = r.stream_id AND m.seq > r.observed_seq) END,"
+    " c.events"
+    " FROM om_records r LEFT JOIN LATERAL (SELECT json_agg(json_build_array(e.global_position,"
+    " e.stream_version, e.event_id, e.event_type, e.schema_version, e.data, e.metadata,"
+    " e.recorded_at AT TIME ZONE 'UTC') ORDER BY e.stream_version)::text AS events"
+    " FROM om_events e WHERE r.position <> %s::bigint"
+    " AND r.version > %s::bigint AND r.version <= %s::bigint + %s::bigint"
+    " AND e.stream_id = r.stream_id AND e.stream_version > %s::bigint AND e.stream_version <= r.version"
+    " AND EXISTS (SELECT FROM om_events h WHERE h.stream_id = r.stream_id AND h.stream_version = %s::bigint"
+    " AND h.global_position = %s::bigint)) c ON true"
+    " WHERE r.stream_id = %s::text"
+)
+
+
+def _events_from_json(stream_id: str, document: str) -> list[tuple[Any, ...]]:
+    """The events ``_POSTGRES_CATCH_UP_SQL`` aggregates, as rows of ``_EVENT_COLUMNS``."""
+    rows = json_loads(document)
+    return [
+        (
+            position,
+            stream_id,
+            version,
+            uuid.UUID(event_id),
+            event_type,
+            schema_version,
+            data,
+            metadata,
+            datetime.fromisoformat(recorded_at).replace(tzinfo=UTC),
+        )
+        for position, version, event_id, event_type, schema_version, data, metadata, recorded_at in rows
+    ]
 
 
 @functools.cache

@@ -38,7 +38,7 @@ from om_core.adapters.store.base import (
     stored_message_of,
 )
 from om_core.adapters.store.schema import SQLITE_UTC_NOW, events, messages, outbox
-from om_core.application.ports import StoreUnavailableError
+from om_core.application.ports import CATCH_UP_EVENTS, StoreUnavailableError
 from om_core.domain.envelope import (
     NewEvent,
     RecordedEvent,
@@ -170,7 +170,24 @@ class SqliteEventStore(SqlEventStore, dialect="sqlite"):
 
     # --- projections ---------------------------------------------------------------------------------
 
-    def load_snapshot(self, stream_id: str, *, known_position: int | None = None) -> StoredSnapshot | None:
+    @staticmethod
+    def _caught_up(
+        driver: sqlite3.Connection,
+        stream_id: str,
+        known_position: int | None,
+        known_version: int | None,
+        version: int,
+    ) -> bool:
+        """Whether a reader holding the state of ``known_version`` at ``known_position`` gets the events
+        since instead of the document (RecordProjection.load_snapshot)."""
+        if known_version is None or not known_version < version <= known_version + CATCH_UP_EVENTS:
+            return False
+        found: tuple[int] | None = driver.execute(_EVENT_AT_SQL, (stream_id, known_version)).fetchone()
+        return found == (known_position,)
+
+    def load_snapshot(
+        self, stream_id: str, *, known_position: int | None = None, known_version: int | None = None
+    ) -> StoredSnapshot | None:
         # On the driver's connection, as the append: every request reads its record, and building and
         # compiling these two selects through SQLAlchemy cost more than SQLite takes to run them.
         try:
@@ -187,6 +204,11 @@ class SqliteEventStore(SqlEventStore, dialect="sqlite"):
                 if row is None:
                     return None
                 state, version, position, log, observed_seq = row
+                behind = (known_position, known_version, version)
+                if state is not None and self._caught_up(driver, stream_id, *behind):
+                    since = driver.execute(_EVENTS_SINCE_SQL, (stream_id, known_version, version)).fetchall()
+                    events = tuple(self._recorded(_event_row(e)) for e in since)
+                    return StoredSnapshot(None, version, position, events=events)
                 window = None
                 if state is not None:
                     window = tuple(
@@ -299,6 +321,32 @@ _WINDOW_SQL = (
     "SELECT stream_id, message_id, seq, stream_version, thread_id, resource_id, role, created_at, tokens,"
     " content_hash, message FROM om_messages WHERE stream_id = ? AND seq > ? ORDER BY seq"
 )
+
+
+_EVENT_AT_SQL = "SELECT global_position FROM om_events WHERE stream_id = ? AND stream_version = ?"
+_EVENTS_SINCE_SQL = (
+    "SELECT global_position, stream_id, stream_version, event_id, event_type, schema_version, data, metadata,"
+    " recorded_at FROM om_events WHERE stream_id = ? AND stream_version > ? AND stream_version <= ?"
+    " ORDER BY stream_version"
+)
+
+
+def _event_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A row of ``_EVENTS_SINCE_SQL`` as ``_EVENT_COLUMNS`` read it: SQLite keeps ids, documents and times as
+    text (schema.py)."""
+    position, stream_id, version, event_id, event_type, schema_version, data, metadata, recorded_at = row
+    recorded = datetime.fromisoformat(recorded_at)
+    return (
+        position,
+        stream_id,
+        version,
+        uuid.UUID(event_id),
+        event_type,
+        schema_version,
+        json_loads(data),
+        json_loads(metadata),
+        recorded.replace(tzinfo=UTC) if recorded.tzinfo is None else recorded.astimezone(UTC),
+    )
 
 
 def _stored_message(row: tuple[Any, ...]) -> StoredMessage:

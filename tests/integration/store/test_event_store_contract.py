@@ -25,6 +25,7 @@ from om_core.adapters.store.migrations import upgrade_to_head
 from om_core.adapters.store.schema import events as events_table
 from om_core.adapters.store.schema import outbox as outbox_table
 from om_core.application.ports import (
+    CATCH_UP_EVENTS,
     ConcurrencyError,
     DuplicateEventError,
     DuplicateMessageError,
@@ -500,6 +501,36 @@ class EventStoreContract:
         changed = store.load_snapshot(stream, known_position=position)
         assert changed is not None and changed.state is not None
         assert json.loads(changed.state) == {"step": 2} and changed.position > position
+
+    def test_a_reader_a_few_events_behind_gets_the_events_since(self, store: SqlEventStore) -> None:
+        stream = new_stream()
+        held = store.append(stream, [event(1)], 0, snapshot=snapshot(step=1)).global_positions[-1]
+        store.append(stream, [event(2, note="ünï 🔴"), message_event("m1")], 1, snapshot=snapshot(step=2))
+        last = store.append(stream, [event(4)], 3, snapshot=snapshot(step=3)).global_positions[-1]
+        behind = store.load_snapshot(stream, known_position=held, known_version=1)
+        assert behind is not None and (behind.version, behind.position) == (4, last)
+        assert (behind.state, behind.log, behind.window) == (None, None, None)
+        assert behind.events == tuple(store.read_stream(stream, after_version=1))
+        current = store.load_snapshot(stream, known_position=last, known_version=4)
+        assert current is not None and (current.state, current.events) == (None, None)
+
+    def test_a_reader_far_behind_or_of_another_life_of_the_stream_gets_the_document(
+        self, store: SqlEventStore
+    ) -> None:
+        stream = new_stream()
+        held = store.append(stream, [event(1)], 0, snapshot=snapshot(step=1)).global_positions[-1]
+        for version in range(1, CATCH_UP_EVENTS + 2):
+            store.append(stream, [event(version + 1)], version, snapshot=snapshot(step=version + 1))
+        far = store.load_snapshot(stream, known_position=held, known_version=1)
+        assert far is not None and far.events is None and far.state is not None
+        assert json.loads(far.state) == {"step": CATCH_UP_EVENTS + 2}
+        store.delete_stream(stream)
+        store.append(stream, [event(1)], 0, snapshot=snapshot(life=2))
+        store.append(stream, [event(2)], 1, snapshot=snapshot(life=2, step=2))
+        # version 1 exists again, at another position: the held state is not this stream's past
+        other_life = store.load_snapshot(stream, known_position=held, known_version=1)
+        assert other_life is not None and other_life.events is None and other_life.state is not None
+        assert json.loads(other_life.state) == {"life": 2, "step": 2}
 
     def test_a_recreated_stream_never_repeats_a_position(self, store: SqlEventStore) -> None:
         stream = new_stream()

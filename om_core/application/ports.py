@@ -207,9 +207,10 @@ class EventStore(abc.ABC):
         """
 
 
-# A snapshot that moved on by more events than this is read whole: folding many events costs more than parsing
-# the document.
-CATCH_UP_EVENTS = 8
+# A snapshot that moved on by more events than this is read whole. An event folds in about the time a window
+# message is parsed (most are messages), so folding more events than a window usually holds costs more than
+# reading the document.
+CATCH_UP_EVENTS = 16
 
 
 class RecordProjection(abc.ABC):

@@ -158,6 +158,34 @@ def stored_message(row: Any) -> StoredMessage:
     )
 
 
+def event_row_of_text(
+    position: int,
+    stream_id: str,
+    version: int,
+    event_id: str,
+    event_type: str,
+    schema_version: int,
+    data: Any,
+    metadata: Any,
+    recorded_at: str,
+) -> tuple[Any, ...]:
+    """An event read with its id and time as text (SQLite's columns, a Postgres JSON aggregate), as a row of
+    ``_EVENT_COLUMNS``; a time without an offset is UTC."""
+    recorded = datetime.fromisoformat(recorded_at)
+    recorded = recorded.replace(tzinfo=UTC) if recorded.tzinfo is None else recorded.astimezone(UTC)
+    return (
+        position,
+        stream_id,
+        version,
+        uuid.UUID(event_id),
+        event_type,
+        schema_version,
+        data,
+        metadata,
+        recorded,
+    )
+
+
 def stored_message_of(row: Sequence[Any], created_at: datetime) -> StoredMessage:
     """A row of ``MESSAGE_COLUMNS`` as the driver returns it (a tuple, the message as JSON text), with its
     time already read the way its backend stores it."""

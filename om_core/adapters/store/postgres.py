@@ -36,6 +36,7 @@ from om_core.adapters.store.base import (
     _unavailable_on_connection_errors,
     _upsert_indexed_groups,
     _upsert_record,
+    event_row_of_text,
     json_dumps,
     json_loads,
     stored_message_of,
@@ -680,20 +681,9 @@ _POSTGRES_CATCH_UP_SQL = (
 
 def _events_from_json(stream_id: str, document: str) -> list[tuple[Any, ...]]:
     """The events ``_POSTGRES_CATCH_UP_SQL`` aggregates, as rows of ``_EVENT_COLUMNS``."""
-    rows = json_loads(document)
     return [
-        (
-            position,
-            stream_id,
-            version,
-            uuid.UUID(event_id),
-            event_type,
-            schema_version,
-            data,
-            metadata,
-            datetime.fromisoformat(recorded_at).replace(tzinfo=UTC),
-        )
-        for position, version, event_id, event_type, schema_version, data, metadata, recorded_at in rows
+        event_row_of_text(position, stream_id, version, *rest)
+        for position, version, *rest in json_loads(document)
     ]
 
 

@@ -33,6 +33,7 @@ from om_core.adapters.store.base import (
     _unavailable_on_connection_errors,
     _upsert_indexed_groups,
     _upsert_record,
+    event_row_of_text,
     json_dumps,
     json_loads,
     stored_message_of,
@@ -332,20 +333,18 @@ _EVENTS_SINCE_SQL = (
 
 
 def _event_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A row of ``_EVENTS_SINCE_SQL`` as ``_EVENT_COLUMNS`` read it: SQLite keeps ids, documents and times as
-    text (schema.py)."""
+    """A row of ``_EVENTS_SINCE_SQL`` as ``_EVENT_COLUMNS`` read it: SQLite keeps documents as text."""
     position, stream_id, version, event_id, event_type, schema_version, data, metadata, recorded_at = row
-    recorded = datetime.fromisoformat(recorded_at)
-    return (
+    return event_row_of_text(
         position,
         stream_id,
         version,
-        uuid.UUID(event_id),
+        event_id,
         event_type,
         schema_version,
         json_loads(data),
         json_loads(metadata),
-        recorded.replace(tzinfo=UTC) if recorded.tzinfo is None else recorded.astimezone(UTC),
+        recorded_at,
     )
 
 

@@ -249,6 +249,9 @@ def test_a_process_a_few_events_behind_folds_them_onto_the_state_it_holds(
         assert {"events", "whole"} <= set(ways)
         events = deps.store.read_stream(stream)
         assert {"ObservationBufferCompleted", "ChunksActivated"} <= {e.event_type for e in events}
+        # and the stream folds from its events to exactly what is stored
+        stored = load_state(deps.records, deps.store, stream)
+        assert canonical(replay_state(deps.store, stream).to_json()) == canonical(stored.to_json())
     finally:
         dispatcher.close()
 

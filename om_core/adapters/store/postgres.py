@@ -642,13 +642,16 @@ _LOCK_SOURCE_EVENT = sa.text("SELECT 1 FROM om_events WHERE event_id = :source F
 # position compares as unknown, so the document comes back).
 # The window's rows come from the same statement, hence the same snapshot, as the row: a separate read
 # could see an append the row does not, and the state would have to be folded from the events instead.
+# The window's message rows of the record row ``r``, as one JSON document (``_window_from_json``).
+_WINDOW_OF_RECORD = (
+    "(SELECT json_agg(json_build_array(m.message_id, m.seq, m.stream_version, m.thread_id, m.resource_id,"
+    " m.role, m.created_at AT TIME ZONE 'UTC', m.tokens, m.content_hash, m.message) ORDER BY m.seq)::text"
+    " FROM om_messages m WHERE m.stream_id = r.stream_id AND m.seq > r.observed_seq)"
+)
 _POSTGRES_SNAPSHOT_SQL = (
     "SELECT CASE WHEN position = %s::bigint THEN NULL ELSE state::text END, version, position,"
     " CASE WHEN position = %s::bigint THEN NULL ELSE log::text END,"
-    " CASE WHEN position = %s::bigint THEN NULL ELSE (SELECT json_agg(json_build_array(m.message_id, m.seq,"
-    " m.stream_version, m.thread_id, m.resource_id, m.role, m.created_at AT TIME ZONE 'UTC', m.tokens,"
-    " m.content_hash, m.message) ORDER BY m.seq)::text"
-    " FROM om_messages m WHERE m.stream_id = r.stream_id AND m.seq > r.observed_seq) END"
+    f" CASE WHEN position = %s::bigint THEN NULL ELSE {_WINDOW_OF_RECORD} END"
     " FROM om_records r WHERE stream_id = %s::text"
 )
 
@@ -662,10 +665,8 @@ _POSTGRES_CATCH_UP_SQL = (
     "SELECT CASE WHEN r.position = %s::bigint OR c.events IS NOT NULL THEN NULL ELSE r.state::text END,"
     " r.version, r.position,"
     " CASE WHEN r.position = %s::bigint OR c.events IS NOT NULL THEN NULL ELSE r.log::text END,"
-    " CASE WHEN r.position = %s::bigint OR c.events IS NOT NULL THEN NULL ELSE (SELECT json_agg("
-    "json_build_array(m.message_id, m.seq, m.stream_version, m.thread_id, m.resource_id, m.role,"
-    " m.created_at AT TIME ZONE 'UTC', m.tokens, m.content_hash, m.message) ORDER BY m.seq)::text"
-    " FROM om_messages m WHERE m.stream_id = r.stream_id AND m.seq > r.observed_seq) END,"
+    " CASE WHEN r.position = %s::bigint OR c.events IS NOT NULL THEN NULL ELSE"
+    f" {_WINDOW_OF_RECORD} END,"
     " c.events"
     " FROM om_records r LEFT JOIN LATERAL (SELECT json_agg(json_build_array(e.global_position,"
     " e.stream_version, e.event_id, e.event_type, e.schema_version, e.data, e.metadata,"

@@ -143,7 +143,8 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
 
         The hot paths (append, state read) skip SQLAlchemy's Connection and result set-up: they took more
         client CPU than the statements themselves, and CPU is what 16 writers on 2 cores run out of. An
-        IntegrityError propagates after a rollback; a lost connection is a StoreUnavailableError.
+        IntegrityError propagates after a rollback (even one that found the connection lost); a connection
+        lost before the answer is a StoreUnavailableError.
         """
         try:
             raw = self._engine.raw_connection()
@@ -165,8 +166,13 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
             return rows
         except (psycopg.IntegrityError, psycopg.errors.TransactionRollback):
             # a constraint, or the database undoing the transaction to break a deadlock with an erasure:
-            # nothing was written, and the connection is fine
-            raw.rollback()
+            # nothing was written. The connection may have been lost since the answer (a terminated
+            # backend): the answer still holds, so the caller still learns of the conflict, and the
+            # connection is discarded.
+            try:
+                raw.rollback()
+            except (psycopg.OperationalError, psycopg.InterfaceError) as lost:
+                raw.invalidate(lost)
             raise
         except (psycopg.OperationalError, psycopg.InterfaceError) as error:
             raw.invalidate(error)

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -1253,6 +1254,46 @@ class TestPostgresEventStore(EventStoreContract):
 
         second = [e for e in store.read_all(first[-1].global_position) if e.stream_id in (early, late)]
         assert [e.global_position for e in second] == [low]
+
+    def test_a_conflict_whose_connection_is_lost_before_its_rollback_is_still_a_conflict(
+        self, store: SqlEventStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The backend is terminated after it answered the append with a unique violation and before the
+        store rolled back (a soak's ``pg_terminate_backend`` landed there once): the append is reported as
+        the conflict it was, never as the lost connection, and the store goes on with a new connection."""
+        stream = new_stream()
+        first = event(1)
+        store.append(stream, [first], 0, snapshot=snapshot())
+        admin = psycopg.connect(store.engine.url.set(drivername="postgresql").render_as_string(False))
+        admin.autocommit = True
+        rollback = psycopg.Connection.rollback
+        terminated: list[int] = []
+
+        def lost_before_rollback(conn: psycopg.Connection[Any]) -> None:
+            if not terminated:
+                pid = conn.info.backend_pid
+                admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+                terminated.append(pid)
+                # the driver reads the server's farewell, then the closed socket, and marks the connection bad
+                for _ in range(100):
+                    try:
+                        conn.pgconn.consume_input()
+                    except psycopg.OperationalError:
+                        break
+                    time.sleep(0.01)
+            rollback(conn)
+
+        monkeypatch.setattr(psycopg.Connection, "rollback", lost_before_rollback)
+        try:
+            with pytest.raises(DuplicateEventError):
+                store.append(stream, [first], 1)
+            assert terminated, "the append's unique violation never reached the rollback"
+        finally:
+            monkeypatch.undo()
+            admin.close()
+        store.append(stream, [event(2)], 1, snapshot=snapshot())
+        assert [e.event_id for e in store.read_stream(stream)][:1] == [first.event_id]
+        assert store.stream_version(stream) == 2
 
     def test_unreachable_database_raises_store_unavailable(self) -> None:
         store = create_event_store("postgresql+psycopg://postgres@127.0.0.1:1/nowhere?connect_timeout=2")

@@ -103,6 +103,14 @@ class LeaseKeeper:
                 self._thread = threading.Thread(target=self._renew_forever, name="om-leases", daemon=True)
                 self._thread.start()
 
+    def adopt(self, key: str) -> bool:
+        """Hold ``key`` from now on, unless a block of this process already does."""
+        with self._lock:
+            if key in self._held:
+                return False
+        self.add(key)
+        return True
+
     def remove(self, key: str) -> None:
         with self._lock:
             left = self._held.get(key, 0) - 1
@@ -161,15 +169,23 @@ def held_lease(deps: Deps, key: str, stream_id: str) -> Iterator[str | None]:
     """Hold the lease on ``key`` while the block runs, renewed meanwhile, released after. Yields None when
     this process holds it, else the live holder (then the block must leave the work to it)."""
     holder = holder_id()
+    keeper = _keeper(deps)
     current = deps.leases.acquire_lease(key, stream_id, holder, deps.lease_seconds)
     if current and dead_on_this_host(current):
         current = deps.leases.acquire_lease(key, stream_id, holder, deps.lease_seconds, replacing=current)
+    adopted = current == holder and keeper.adopt(key)
+    if adopted:
+        # this process's own lease, left by a release that failed (the store was out of reach) and held
+        # by no block of this process: the work is run again under it, not left waiting for it to lapse
+        current = deps.leases.acquire_lease(key, stream_id, holder, deps.lease_seconds, replacing=holder)
     if current is not None:
+        if adopted:
+            keeper.remove(key)
         # "" : released between our two looks; the caller treats it as taken and looks again
         yield current or "(released)"
         return
-    keeper = _keeper(deps)
-    keeper.add(key)
+    if not adopted:
+        keeper.add(key)
     try:
         yield None
     finally:

@@ -257,3 +257,21 @@ def test_the_keeper_renews_what_is_held_and_notices_a_lease_taken_back(deps: Dep
     assert keeper.lost("k2") and not keeper.lost("k1")
     keeper.remove("k1")
     keeper.remove("k2")
+
+
+def test_a_lease_this_process_failed_to_release_is_taken_again_unless_a_block_of_it_runs_the_work(
+    deps: Deps,
+) -> None:
+    """The store was out of reach when a task released its lease, and the task is retried in the same
+    process: its own leftover lease lets it run the work at once; a block of this process still running
+    the same work keeps it to itself."""
+    stream = "t/thread/leftover"
+    key = "leftover-cycle"
+    assert deps.leases.acquire_lease(key, stream, holder_id(), 30) is None  # the release that failed
+    with held_lease(deps, key, stream) as taken:
+        assert taken is None
+        with held_lease(deps, key, stream) as again:
+            assert again == holder_id(), "a second block of this process ran the work beside the first"
+    assert deps.leases.acquire_lease(key, stream, "elsewhere/2/next", 30) is None, "released after the block"
+    with held_lease(deps, key, stream) as busy:
+        assert busy == "elsewhere/2/next"

@@ -132,37 +132,48 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
         stream's next version is taken) each time a worker committed to the thread since its last append,
         so this is on many turns' path."""
         ((stored, version),) = self._run_on_driver(
-            _POSTGRES_LOST_RACE_SQL, ([e.event_id for e in new_events], stream_id)
+            _POSTGRES_LOST_RACE_SQL, ([e.event_id for e in new_events], stream_id), read_only=True
         )
         if stored:
             return DuplicateEventError([str(i) for i in stored])
         return ConcurrencyError(stream_id, expected, int(version))
 
-    def _run_on_driver(self, sql: str, parameters: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def _run_on_driver(
+        self, sql: str, parameters: Sequence[Any], *, read_only: bool = False
+    ) -> list[tuple[Any, ...]]:
         """Run one statement on the pooled driver connection (Postgres), committed; return its rows.
 
         The hot paths (append, state read) skip SQLAlchemy's Connection and result set-up: they took more
         client CPU than the statements themselves, and CPU is what 16 writers on 2 cores run out of. An
         IntegrityError propagates after a rollback (even one that found the connection lost); a connection
-        lost before the answer is a StoreUnavailableError.
+        lost before the answer is a StoreUnavailableError, after one more try on a new connection for a
+        ``read_only`` statement.
         """
+        try:
+            return self._run_once(sql, parameters)
+        except _ConnectionLost:
+            if not read_only:
+                raise
+            return self._run_once(sql, parameters)
+
+    def _run_once(self, sql: str, parameters: Sequence[Any]) -> list[tuple[Any, ...]]:
         try:
             raw = self._engine.raw_connection()
         except psycopg.OperationalError as error:  # raw_connection passes connect errors on unwrapped
             raise StoreUnavailableError(str(error)) from error
+        driver = raw.driver_connection
+        assert isinstance(driver, psycopg.Connection)
         try:
             # One cursor per pooled connection, kept for its life: setting one up costs as much as
             # adapting the parameters.
             cursor = raw.info.get(_DRIVER_CURSOR)
             if cursor is None:
-                driver = raw.driver_connection
-                assert isinstance(driver, psycopg.Connection)
                 cursor = raw.info[_DRIVER_CURSOR] = driver.cursor()
             # prepare=True: the statement texts are few and fixed, so prepare on first use, not the fifth.
             cursor.execute(sql, parameters, prepare=True)
             rows: list[tuple[Any, ...]] = cursor.fetchall()
-            if not cursor.connection.autocommit:
-                cursor.connection.commit()
+            if not driver.autocommit:
+                driver.commit()
             return rows
         except (psycopg.IntegrityError, psycopg.errors.TransactionRollback):
             # a constraint, or the database undoing the transaction to break a deadlock with an erasure:
@@ -175,8 +186,14 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
                 raw.invalidate(lost)
             raise
         except (psycopg.OperationalError, psycopg.InterfaceError) as error:
-            raw.invalidate(error)
-            raise StoreUnavailableError(str(error)) from error
+            if not driver.broken:
+                raw.invalidate(error)
+                raise StoreUnavailableError(str(error)) from error
+            # A connection found dead was most likely killed while it sat in the pool (Postgres restarted,
+            # or its backends were terminated): the connections opened before it are dead too, so the pool
+            # replaces them all rather than hand each to a request that would fail.
+            self._engine.pool._invalidate(raw, error)
+            raise _ConnectionLost(str(error)) from error
         finally:
             raw.close()
 
@@ -337,7 +354,9 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
     ) -> StoredSnapshot | None:
         if known_position is None or known_version is None:
             found = self._run_on_driver(
-                _POSTGRES_SNAPSHOT_SQL, (known_position, known_position, known_position, stream_id)
+                _POSTGRES_SNAPSHOT_SQL,
+                (known_position, known_position, known_position, stream_id),
+                read_only=True,
             )
             if not found:
                 return None
@@ -350,6 +369,7 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
             (known_position,) * 4
             + (known_version, known_version, CATCH_UP_EVENTS, known_version, known_version, known_position)
             + (stream_id,),
+            read_only=True,
         )
         if not found:
             return None
@@ -378,7 +398,7 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
             parameters.append(cursor)
         parameters.append(limit)
         sql = _postgres_read_messages_sql(thread_id is not None, cursor is not None, backward)
-        rows = self._run_on_driver(sql, tuple(parameters))
+        rows = self._run_on_driver(sql, tuple(parameters), read_only=True)
         if backward:
             rows.reverse()
         return [stored_message_of(row, row[7].astimezone(UTC)) for row in rows]
@@ -464,6 +484,10 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
         with self._engine.connect() as conn:
             yield conn
             conn.commit()
+
+
+class _ConnectionLost(StoreUnavailableError):
+    """The statement's connection was found dead before it answered: a read may run again on a new one."""
 
 
 def _violated_key(error: BaseException | None) -> str | None:

@@ -1295,6 +1295,28 @@ class TestPostgresEventStore(EventStoreContract):
         assert [e.event_id for e in store.read_stream(stream)][:1] == [first.event_id]
         assert store.stream_version(stream) == 2
 
+    def test_connections_killed_while_idle_in_the_pool_fail_no_request(self, store: SqlEventStore) -> None:
+        """Postgres restarted, or every backend of the database terminated, while the pool held idle
+        connections: the first read that meets a dead one runs again on a new connection, and the pool
+        hands out none of the others, so no read and no later append fails."""
+        stream = new_stream()
+        store.append(stream, [event(1)], 0, snapshot=snapshot())
+        held = [store.engine.raw_connection() for _ in range(4)]
+        for connection in held:
+            connection.close()  # back into the pool, idle
+        with psycopg.connect(store.engine.url.set(drivername="postgresql").render_as_string(False)) as admin:
+            admin.autocommit = True
+            terminated = admin.execute(
+                "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+        assert terminated is not None and terminated[0] >= 4
+        found = store.load_snapshot(stream)
+        assert found is not None and found.version == 1
+        store.append(stream, [event(2)], 1, snapshot=snapshot())
+        assert [m.seq for m in store.read_messages(stream)] == []
+        assert store.stream_version(stream) == 2
+
     def test_unreachable_database_raises_store_unavailable(self) -> None:
         store = create_event_store("postgresql+psycopg://postgres@127.0.0.1:1/nowhere?connect_timeout=2")
         with pytest.raises(StoreUnavailableError):

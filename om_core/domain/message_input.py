@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
+from om_core.domain.json_text import sorted_json
 from om_core.domain.messages import (
     ROLES,
     DataPart,
@@ -820,7 +821,9 @@ def content_hash(stored: Mapping[str, Any]) -> str:
     message, hash it with ``createdAt`` set to the stored one.
     """
     subject = {key: stored.get(key) for key in ("role", "parts", "createdAt", "model")}
-    return hashlib.sha256(canonical_json(subject).encode("utf-8")).hexdigest()
+    # a stored form holds only what JSON holds (the size check wrote it with the strict encoder, or it was
+    # read back from the store), so the faster writer of the same text serves
+    return hashlib.sha256(sorted_json(subject).encode("utf-8")).hexdigest()
 
 
 def message_text(message: Message) -> str:

@@ -95,21 +95,25 @@ class LeaseKeeper:
 
     def add(self, key: str) -> None:
         with self._lock:
-            self._held[key] = self._held.get(key, 0) + 1
-            self._lost.discard(key)
-            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
-                # a fork child inherits this object but not the thread
-                self._pid = os.getpid()
-                self._thread = threading.Thread(target=self._renew_forever, name="om-leases", daemon=True)
-                self._thread.start()
+            self._add(key)
 
     def adopt(self, key: str) -> bool:
-        """Hold ``key`` from now on, unless a block of this process already does."""
+        """Hold ``key`` from now on, unless a block of this process already does (one look, under the lock,
+        so two threads never both adopt it)."""
         with self._lock:
             if key in self._held:
                 return False
-        self.add(key)
-        return True
+            self._add(key)
+            return True
+
+    def _add(self, key: str) -> None:
+        self._held[key] = self._held.get(key, 0) + 1
+        self._lost.discard(key)
+        if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+            # a fork child inherits this object but not the thread
+            self._pid = os.getpid()
+            self._thread = threading.Thread(target=self._renew_forever, name="om-leases", daemon=True)
+            self._thread.start()
 
     def remove(self, key: str) -> None:
         with self._lock:

@@ -177,19 +177,18 @@ def held_lease(deps: Deps, key: str, stream_id: str) -> Iterator[str | None]:
     current = deps.leases.acquire_lease(key, stream_id, holder, deps.lease_seconds)
     if current and dead_on_this_host(current):
         current = deps.leases.acquire_lease(key, stream_id, holder, deps.lease_seconds, replacing=current)
-    adopted = current == holder and keeper.adopt(key)
-    if adopted:
+    if current is None:
+        keeper.add(key)
+    elif current == holder and keeper.adopt(key):
         # this process's own lease, left by a release that failed (the store was out of reach) and held
         # by no block of this process: the work is run again under it, not left waiting for it to lapse
         current = deps.leases.acquire_lease(key, stream_id, holder, deps.lease_seconds, replacing=holder)
-    if current is not None:
-        if adopted:
+        if current is not None:
             keeper.remove(key)
+    if current is not None:
         # "" : released between our two looks; the caller treats it as taken and looks again
         yield current or "(released)"
         return
-    if not adopted:
-        keeper.add(key)
     try:
         yield None
     finally:

@@ -161,19 +161,19 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
             raw = self._engine.raw_connection()
         except psycopg.OperationalError as error:  # raw_connection passes connect errors on unwrapped
             raise StoreUnavailableError(str(error)) from error
-        driver = raw.driver_connection
-        assert isinstance(driver, psycopg.Connection)
         try:
             # One cursor per pooled connection, kept for its life: setting one up costs as much as
             # adapting the parameters.
             cursor = raw.info.get(_DRIVER_CURSOR)
             if cursor is None:
+                driver = raw.driver_connection
+                assert isinstance(driver, psycopg.Connection)
                 cursor = raw.info[_DRIVER_CURSOR] = driver.cursor()
             # prepare=True: the statement texts are few and fixed, so prepare on first use, not the fifth.
             cursor.execute(sql, parameters, prepare=True)
             rows: list[tuple[Any, ...]] = cursor.fetchall()
-            if not driver.autocommit:
-                driver.commit()
+            if not cursor.connection.autocommit:
+                cursor.connection.commit()
             return rows
         except (psycopg.IntegrityError, psycopg.errors.TransactionRollback):
             # a constraint, or the database undoing the transaction to break a deadlock with an erasure:
@@ -186,12 +186,13 @@ class PostgresEventStore(SqlEventStore, dialect="postgresql"):
                 raw.invalidate(lost)
             raise
         except (psycopg.OperationalError, psycopg.InterfaceError) as error:
-            if not driver.broken:
+            if not getattr(raw.driver_connection, "broken", False):
                 raw.invalidate(error)
                 raise StoreUnavailableError(str(error)) from error
             # A connection found dead was most likely killed while it sat in the pool (Postgres restarted,
             # or its backends were terminated): the connections opened before it are dead too, so the pool
-            # replaces them all rather than hand each to a request that would fail.
+            # replaces them all rather than hand each to a request that would fail (the call SQLAlchemy's
+            # own Connection makes on a disconnect, which these driver-level statements bypass).
             self._engine.pool._invalidate(raw, error)
             raise _ConnectionLost(str(error)) from error
         finally:

@@ -1291,9 +1291,12 @@ class TestPostgresEventStore(EventStoreContract):
         finally:
             monkeypatch.undo()
             admin.close()
-        store.append(stream, [event(2)], 1, snapshot=snapshot())
-        assert [e.event_id for e in store.read_stream(stream)][:1] == [first.event_id]
-        assert store.stream_version(stream) == 2
+        second = event(2)
+        store.append(stream, [second], 1, snapshot=snapshot())
+        assert [(e.stream_version, e.event_id) for e in store.read_stream(stream)] == [
+            (1, first.event_id),
+            (2, second.event_id),
+        ], "the stream holds each append once, in order"
 
     def test_connections_killed_while_idle_in_the_pool_fail_no_request(self, store: SqlEventStore) -> None:
         """Postgres restarted, or every backend of the database terminated, while the pool held idle
@@ -1315,7 +1318,9 @@ class TestPostgresEventStore(EventStoreContract):
         assert found is not None and found.version == 1
         store.append(stream, [event(2)], 1, snapshot=snapshot())
         assert [m.seq for m in store.read_messages(stream)] == []
-        assert store.stream_version(stream) == 2
+        assert [e.stream_version for e in store.read_stream(stream)] == [1, 2]
+        found = store.load_snapshot(stream)
+        assert found is not None and found.version == 2, "the record row moved with the append"
 
     def test_unreachable_database_raises_store_unavailable(self) -> None:
         store = create_event_store("postgresql+psycopg://postgres@127.0.0.1:1/nowhere?connect_timeout=2")

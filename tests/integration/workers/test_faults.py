@@ -199,6 +199,7 @@ def test_database_connections_killed_mid_task_still_complete_the_cycle_once(
     cluster, _, thread, cycle = _kill_connections_mid_task(cluster_factory, database_url, refuse_seconds=0)
     wait_for(lambda: completed_cycles(cluster, thread, cycle), 45, 0.2, what="the cycle to complete")
     assert len(completed_cycles(cluster, thread, cycle)) == 1
+    _assert_folds(cluster, thread)
 
 
 def test_database_unreachable_mid_task_retries_and_completes(cluster_factory: Any, database_url: str) -> None:
@@ -208,6 +209,14 @@ def test_database_unreachable_mid_task_retries_and_completes(cluster_factory: An
     wait_for(lambda: completed_cycles(cluster, thread, cycle), 45, 0.2, what="the retried task to complete")
     assert len(completed_cycles(cluster, thread, cycle)) == 1
     assert "Retry in" in worker.log(), "the task was retried while the database refused connections"
+    _assert_folds(cluster, thread)
+
+
+def _assert_folds(cluster: Cluster, thread: str) -> None:
+    """The stream folds from its events to exactly its stored state."""
+    assert (
+        cluster.state(thread).to_json() == replay_state(cluster.deps.store, cluster.stream(thread)).to_json()
+    )
 
 
 def test_slow_model_never_exceeds_block_after_and_reads_below_it_never_wait(cluster_factory: Any) -> None:
